@@ -1,0 +1,3 @@
+//! # weft-agent
+//!
+//! Per-node agent: drains probe rings and kernel sources, store-and-forward to the collector, tracepoint control

@@ -1,0 +1,3 @@
+//! # weft-analyze
+//!
+//! Trace analysis: critical path, grouping, statistics, variance decomposition, breakdowns, hypothesis forest

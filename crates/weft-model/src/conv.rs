@@ -1,0 +1,43 @@
+//! Attribute keys weft reads and writes. OpenTelemetry semantic-convention names where one
+//! exists; `weft.*` for weft's own.
+//!
+//! Every codec and weaver uses these constants, never string literals, so the mapping tables
+//! in the codec docs and the SQL schema stay in one place.
+
+/// Resource: logical service (Zipkin `localEndpoint.serviceName`, Jaeger `process.serviceName`).
+pub const SERVICE_NAME: &str = "service.name";
+/// Resource: instance of the service (a simulator instance, a process).
+pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+/// Resource: host name.
+pub const HOST_NAME: &str = "host.name";
+/// Resource: process id.
+pub const PROCESS_PID: &str = "process.pid";
+/// Resource: what kind of component produced the spans (`host`, `nic`, `network`, `kernel`,
+/// `app`; see [`crate::ComponentKind`]).
+pub const COMPONENT_KIND: &str = "weft.component.kind";
+/// Resource: the simulator or tool that produced the source data (`gem5`, `nicbm`, `ns-3`,
+/// `qemu`, `lttng-ust`, `perf_event`).
+pub const SOURCE_TOOL: &str = "weft.source.tool";
+
+/// Span: thread that ran the span (OTel `thread.id`); used to attach kernel activity.
+pub const THREAD_ID: &str = "thread.id";
+/// Span: local endpoint IPv4 (Zipkin `localEndpoint.ipv4`).
+pub const LOCAL_IPV4: &str = "net.host.ip";
+/// Span: local endpoint port (Zipkin `localEndpoint.port`).
+pub const LOCAL_PORT: &str = "net.host.port";
+/// Span: remote endpoint service (Zipkin `remoteEndpoint.serviceName`).
+pub const PEER_SERVICE: &str = "peer.service";
+/// Span: remote endpoint IPv4/IPv6 (Zipkin `remoteEndpoint.ipv4`/`ipv6`).
+pub const PEER_IP: &str = "net.peer.ip";
+/// Span: remote endpoint port (Zipkin `remoteEndpoint.port`).
+pub const PEER_PORT: &str = "net.peer.port";
+
+/// Link: relation of the link ([`crate::LinkRelation`] text).
+pub const LINK_RELATION: &str = "weft.link.relation";
+
+/// Span: raw start time in the source's own clock unit (simulated ps, TSC ticks).
+pub const RAW_START: &str = "weft.raw.start";
+/// Span: raw end time in the source's own clock unit.
+pub const RAW_END: &str = "weft.raw.end";
+/// Span: set by read-time clock-skew adjustment: the shift applied, in ns (signed).
+pub const SKEW_ADJUSTED_NS: &str = "weft.skew.adjusted_ns";

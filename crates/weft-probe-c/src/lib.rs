@@ -1,0 +1,3 @@
+//! # weft-probe-c
+//!
+//! C ABI for weft-probe (header `include/weft_probe.h`).

@@ -1,0 +1,3 @@
+//! # weft-probe
+//!
+//! In-process instrumentation: static tracepoints switchable at run time, per-thread rings, context propagation, a tracing layer

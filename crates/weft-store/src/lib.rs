@@ -1,0 +1,3 @@
+//! # weft-store
+//!
+//! Durable span store: WAL, Parquet segments, manifest, retention, compaction, DataFusion SQL, trace lookup

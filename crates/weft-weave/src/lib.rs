@@ -1,0 +1,3 @@
+//! # weft-weave
+//!
+//! Pipeline runtime: stages, bounded queues, timestamp-ordered merge with watermarks, actors, span weavers, topology config

@@ -1,0 +1,46 @@
+//! `weft` — one binary for every job: convert trace files, weave simulator logs, serve the
+//! collector and UI, query the store, control probes, run the agent, record the kernel.
+
+mod cmd;
+mod progress;
+
+use clap::{Parser, Subcommand};
+
+/// weft builds end-to-end traces across layers: application tracepoints, the kernel, and
+/// (simulated) hardware.
+#[derive(Parser)]
+#[command(name = "weft", version, about, long_about = None)]
+struct Cli {
+    /// Log filter (tracing's EnvFilter syntax, e.g. `info`, `weft_store=debug`); also `WEFT_LOG`.
+    #[arg(long, global = true, env = "WEFT_LOG", default_value = "warn")]
+    log: String,
+    /// Hide progress bars (they are also hidden when stderr is not a terminal).
+    #[arg(long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert traces between formats (OTLP proto/JSON, Zipkin v1/v2, Jaeger JSON, Chrome trace).
+    Convert(cmd::convert::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    progress::set_quiet(cli.quiet);
+    let result = match cli.command {
+        Command::Convert(a) => cmd::convert::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
