@@ -39,11 +39,6 @@ impl<R: BufRead> Scanner<R> {
         Scanner { r, offset: 0, line: 1, line_start: 0, format }
     }
 
-    /// Bytes consumed so far.
-    pub(crate) fn offset(&self) -> u64 {
-        self.offset
-    }
-
     pub(crate) fn here(&self) -> Start {
         Start { line: self.line, column: self.offset - self.line_start + 1, offset: self.offset }
     }

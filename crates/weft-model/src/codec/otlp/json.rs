@@ -70,12 +70,6 @@ impl<R: BufRead> JsonReader<R> {
         JsonReader { stream: ArrayStream::new(r, FORMAT, KEYS, EXPECTED), buf: Vec::new() }
     }
 
-    /// Bytes consumed so far.
-    #[allow(dead_code)]
-    pub(crate) fn offset(&self) -> u64 {
-        self.stream.scan.offset()
-    }
-
     /// Decodes the next `ResourceSpans` into `out`; `false` at the end of the input.
     pub(crate) fn next_into(
         &mut self,
@@ -365,7 +359,7 @@ where
 
 /// An unsigned integer given as a JSON number or a decimal string (proto3 JSON), `null` = 0.
 #[derive(Default, Clone, Copy)]
-struct Num(u64);
+pub(crate) struct Num(pub(crate) u64);
 
 impl<'de> Deserialize<'de> for Num {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

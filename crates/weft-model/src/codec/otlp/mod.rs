@@ -43,7 +43,6 @@ use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind
 use crate::value::{Attributes, KeyValue, Value};
 
 pub mod json;
-#[allow(dead_code)] // the streaming reader is used by `codec::stream`
 pub(crate) mod wire;
 
 pub use json::{decode_json, decode_json_lenient, encode_json, encode_json_to};

@@ -181,11 +181,6 @@ impl<R: Read> TopLevelReader<R> {
         TopLevelReader { inner, offset: 0, format, field, max_element: 2 << 30, buf: Vec::new() }
     }
 
-    /// Bytes consumed so far.
-    pub(crate) fn offset(&self) -> u64 {
-        self.offset
-    }
-
     /// The next element and its byte offset, or `None` at the end of input.
     pub(crate) fn next_element(&mut self) -> Result<Option<(u64, &[u8])>, CodecError> {
         let format = self.format;
