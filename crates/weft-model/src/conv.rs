@@ -41,3 +41,11 @@ pub const RAW_START: &str = "weft.raw.start";
 pub const RAW_END: &str = "weft.raw.end";
 /// Span: set by read-time clock-skew adjustment: the shift applied, in ns (signed).
 pub const SKEW_ADJUSTED_NS: &str = "weft.skew.adjusted_ns";
+
+/// Span: the finest component the span belongs to, when finer than its resource's service —
+/// e.g. `ns3/sw1` for a hop inside switch `sw1` of the network simulator `ns3`. Breakdowns
+/// group by it (falling back to `service.name`).
+pub const COMPONENT: &str = "weft.component";
+/// Span: set to `true` on spans a weaver had to close without their closing event (the log
+/// ended, a bound was hit, or the closing event never came).
+pub const INCOMPLETE: &str = "weft.incomplete";
