@@ -64,3 +64,11 @@ pub const OTEL_LIBRARY_VERSION: &str = "otel.library.version";
 pub const ERROR: &str = "error";
 /// Tag (Jaeger, OpenTracing): span kind (`client`, `server`, `producer`, `consumer`, `internal`).
 pub const SPAN_KIND: &str = "span.kind";
+
+/// Span: the finest component the span belongs to, when finer than its resource's service —
+/// e.g. `ns3/sw1` for a hop inside switch `sw1` of the network simulator `ns3`. Breakdowns
+/// group by it (falling back to `service.name`).
+pub const COMPONENT: &str = "weft.component";
+/// Span: set to `true` on spans a weaver had to close without their closing event (the log
+/// ended, a bound was hit, or the closing event never came).
+pub const INCOMPLETE: &str = "weft.incomplete";

@@ -105,8 +105,10 @@ pub enum SyncEvent {
 #[derive(Debug, Clone, PartialEq)]
 #[allow(missing_docs)] // fields are described in each variant's doc
 pub enum HostEvent {
-    /// An executed micro-op (`pc` only).
-    Instr { pc: u64 },
+    /// An executed instruction at `pc`. `macro_op` is true for an instruction's start (gem5
+    /// macro-op line, QEMU translation-block entry) — what a call-detecting symbolizer looks
+    /// at — and false for a gem5 micro-op line (Columbo's `HostInstr`).
+    Instr { pc: u64, macro_op: bool },
     /// First instruction at a function's entry address (symbolized PC).
     Call { pc: u64, func: Arc<str>, comp: Arc<str> },
     /// MMIO read issued by the host: request `id` (recycled!), physical `addr`, `size`,
@@ -128,6 +130,8 @@ pub enum HostEvent {
     DmaC { id: u64 },
     /// MSI-X interrupt received.
     MsiX { vec: u32 },
+    /// MSI (not MSI-X) interrupt received (gem5 `received MSI intr vec`; Columbo ignores it).
+    Msi { vec: u32 },
     /// PCI config-space access by the adapter.
     Conf { dev: u32, func: u32, reg: u64, bytes: u32, data: u64, is_read: bool },
     /// PCI config access by the host bridge.
@@ -164,6 +168,23 @@ pub enum NicEvent {
     Tx { len: u32 },
     /// Ethernet frame received from the network.
     Rx { port: u32, len: u32 },
+    /// A transmit descriptor processed (QEMU e1000e `e1000e_tx_descr`): buffer address and the
+    /// descriptor's two 32-bit words. Legacy layout: length in bits 0–15, CMD in bits 24–31
+    /// (bit 24 = EOP, the frame's last descriptor).
+    TxDescr { addr: u64, lower: u32, upper: u32 },
+    /// A receive descriptor fetched (QEMU e1000e `e1000e_rx_descr`): ring, descriptor address,
+    /// descriptor length.
+    RxDescr { ring: u32, addr: u64, len: u32 },
+    /// A received frame was written to guest memory (QEMU e1000e
+    /// `e1000e_rx_written_to_guest`), with the interrupt cause bits it raises (ICR).
+    RxWritten { icr: u32 },
+}
+
+impl NicEvent {
+    /// For [`NicEvent::TxDescr`]: the descriptor's data length and whether it ends the frame.
+    pub fn tx_descr_len_eop(lower: u32) -> (u32, bool) {
+        (lower & 0xffff, lower & (1 << 24) != 0)
+    }
 }
 
 /// What a network event does to a packet.
@@ -241,6 +262,8 @@ pub struct Ipv4Header {
     pub dst_ip: [u8; 4],
     /// IP protocol (6 TCP, 17 UDP), 0 if unknown.
     pub protocol: u8,
+    /// Identification field (tells packets of one flow apart where no packet uid exists).
+    pub ident: u16,
     /// Transport source port, 0 if unknown.
     pub src_port: u16,
     /// Transport destination port, 0 if unknown.
@@ -354,6 +377,7 @@ impl Event {
                 HostEvent::DmaW { .. } => "HostDmaW",
                 HostEvent::DmaC { .. } => "HostDmaC",
                 HostEvent::MsiX { .. } => "HostMsiX",
+                HostEvent::Msi { .. } => "HostMsi",
                 HostEvent::Conf { is_read: true, .. } => "HostConfRead",
                 HostEvent::Conf { is_read: false, .. } => "HostConfWrite",
                 HostEvent::PciRW { is_read: true, .. } => "HostPciR",
@@ -374,6 +398,9 @@ impl Event {
                 NicEvent::SetIntx { .. } => "SetIX",
                 NicEvent::Tx { .. } => "NicTx",
                 NicEvent::Rx { .. } => "NicRx",
+                NicEvent::TxDescr { .. } => "NicTxDescr",
+                NicEvent::RxDescr { .. } => "NicRxDescr",
+                NicEvent::RxWritten { .. } => "NicRxWritten",
             },
             EventKind::Net(n) => match n.op {
                 NetOp::Enqueue => "NetworkEnqueue",
@@ -402,7 +429,10 @@ impl Event {
         match &self.kind {
             EventKind::Sync(_) => {}
             EventKind::Host(h) => match h {
-                HostEvent::Instr { pc } => a.push("pc", u(*pc)),
+                HostEvent::Instr { pc, macro_op } => {
+                    a.push("pc", u(*pc));
+                    a.push("macro_op", *macro_op);
+                }
                 HostEvent::Call { pc, func, comp } => {
                     a.push("pc", u(*pc));
                     a.push("func", func.as_ref());
@@ -432,7 +462,7 @@ impl Event {
                     a.push("addr", u(*addr));
                     a.push("size", u(*size));
                 }
-                HostEvent::MsiX { vec } => a.push("vec", u(*vec as u64)),
+                HostEvent::MsiX { vec } | HostEvent::Msi { vec } => a.push("vec", u(*vec as u64)),
                 HostEvent::Conf { dev, func, reg, bytes, data, is_read } => {
                     a.push("dev", u(*dev as u64));
                     a.push("func", u(*func as u64));
@@ -480,6 +510,17 @@ impl Event {
                     a.push("port", u(*port as u64));
                     a.push("len", u(*len as u64));
                 }
+                NicEvent::TxDescr { addr, lower, upper } => {
+                    a.push("addr", u(*addr));
+                    a.push("lower", u(*lower as u64));
+                    a.push("upper", u(*upper as u64));
+                }
+                NicEvent::RxDescr { ring, addr, len } => {
+                    a.push("ring", u(*ring as u64));
+                    a.push("addr", u(*addr));
+                    a.push("len", u(*len as u64));
+                }
+                NicEvent::RxWritten { icr } => a.push("icr", u(*icr as u64)),
             },
             EventKind::Net(n) => {
                 a.push("node", u(n.node as u64));
@@ -508,6 +549,7 @@ impl Event {
                     a.push("ip.length", u(ip.length as u64));
                     a.push("ip.src", fmt_ip(&ip.src_ip));
                     a.push("ip.dst", fmt_ip(&ip.dst_ip));
+                    a.push("ip.id", u(ip.ident as u64));
                     if ip.protocol != 0 {
                         a.push("ip.protocol", u(ip.protocol as u64));
                     }

@@ -1,3 +1,31 @@
 //! # weft-sources
 //!
-//! Readers and parsers: simulator logs (gem5, nicbm, ns-3, QEMU), CTF/LTTng, perf_event, probe rings
+//! Readers and parsers that turn raw inputs into [`weft_model::Event`]s.
+//!
+//! Shared pieces, for every source kind (simulator logs here; CTF and perf_event sources reuse
+//! them):
+//!
+//! * [`reader`]: [`reader::LineReader`] — chunked reading of files and FIFOs with a bounded
+//!   buffer; [`reader::open_input`].
+//! * [`parse`]: the [`parse::LineParser`] trait, [`parse::Stamp`] (source id + clock),
+//!   [`parse::Cursor`] and number helpers for hand-written byte parsers, [`parse::Interner`].
+//! * [`reject`]: per-source accounting of skipped and rejected lines (reason counts + the first
+//!   few samples with line numbers).
+//! * [`drive`]: [`drive::Driver`] — the read → parse → order-check loop with live counters.
+//! * [`error`]: [`SourceError`], for failures of a whole input (malformed records are counted,
+//!   not errors).
+//!
+//! Simulator logs ([`sim`]): gem5, SimBricks nicbm, ns-3 (SimBricks fork and stock), QEMU;
+//! [`symbols`]: symbol tables (objdump, readelf, nm/kallsyms, ELF) for resolving addresses.
+
+#![warn(missing_docs)]
+
+pub mod drive;
+pub mod error;
+pub mod parse;
+pub mod reader;
+pub mod reject;
+pub mod sim;
+pub mod symbols;
+
+pub use error::SourceError;

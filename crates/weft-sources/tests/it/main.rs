@@ -1,0 +1,4 @@
+//! Integration tests of weft-sources: every fixture, property tests, the FIFO reader.
+
+mod fixtures;
+mod props;
