@@ -41,3 +41,26 @@ pub const RAW_START: &str = "weft.raw.start";
 pub const RAW_END: &str = "weft.raw.end";
 /// Span: set by read-time clock-skew adjustment: the shift applied, in ns (signed).
 pub const SKEW_ADJUSTED_NS: &str = "weft.skew.adjusted_ns";
+
+/// Span: Zipkin's `shared` flag (a server span that shares its id with the client span,
+/// Zipkin v1 style), as `true`; absent otherwise.
+pub const ZIPKIN_SHARED: &str = "weft.zipkin.shared";
+/// Span: Zipkin's `debug` flag, as `true`; absent otherwise.
+pub const ZIPKIN_DEBUG: &str = "weft.zipkin.debug";
+
+/// Tag (Zipkin, Jaeger): status code name, `OK` or `ERROR` (OpenTelemetry's non-OTLP mapping).
+pub const OTEL_STATUS_CODE: &str = "otel.status_code";
+/// Tag (Zipkin, Jaeger): status description.
+pub const OTEL_STATUS_DESCRIPTION: &str = "otel.status_description";
+/// Tag (Zipkin, Jaeger): instrumentation scope name.
+pub const OTEL_SCOPE_NAME: &str = "otel.scope.name";
+/// Tag (Zipkin, Jaeger): instrumentation scope version.
+pub const OTEL_SCOPE_VERSION: &str = "otel.scope.version";
+/// Tag (Zipkin, Jaeger): deprecated spelling of [`OTEL_SCOPE_NAME`], read only.
+pub const OTEL_LIBRARY_NAME: &str = "otel.library.name";
+/// Tag (Zipkin, Jaeger): deprecated spelling of [`OTEL_SCOPE_VERSION`], read only.
+pub const OTEL_LIBRARY_VERSION: &str = "otel.library.version";
+/// Tag (Zipkin: the error message; Jaeger: `true`): the span failed.
+pub const ERROR: &str = "error";
+/// Tag (Jaeger, OpenTracing): span kind (`client`, `server`, `producer`, `consumer`, `internal`).
+pub const SPAN_KIND: &str = "span.kind";

@@ -10,11 +10,14 @@
 //! * [`event`]: low-level [`Event`]s normalized per component kind (host, NIC, network,
 //!   kernel, tracepoint), which sources emit and weavers turn into spans.
 //! * [`conv`]: the attribute keys weft uses.
+//! * [`codec`]: the trace formats weft reads and writes (OTLP protobuf and JSON, ...), each
+//!   module with its mapping table: which field goes where, what is lost in each direction.
 //!
 //! Each module documents how its types map onto the wire formats.
 
 #![warn(missing_docs)]
 
+pub mod codec;
 pub mod conv;
 pub mod event;
 pub mod id;

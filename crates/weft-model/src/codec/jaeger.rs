@@ -1,0 +1,709 @@
+//! Jaeger JSON: the document Jaeger's query API v1 returns (`GET /api/traces/{id}`) and
+//! Jaeger UI's "upload JSON" opens: `{"data":[{"traceID", "spans":[...], "processes":{...}}]}`.
+//!
+//! # Mapping
+//!
+//! | Jaeger | weft | notes |
+//! |---|---|---|
+//! | `traceID`, `spanID` (hex) | ids | written as 32 / 16 hex digits |
+//! | `references` `CHILD_OF` (first) | `parent_span_id` | the parent is written as the first `CHILD_OF` reference |
+//! | other `references` | [`Span::links`] | `FOLLOWS_FROM` ↔ [`LinkRelation::FollowsFrom`], `CHILD_OF` ↔ `ChildOf`; `Unspecified` and `CausedBy` are written as `FOLLOWS_FROM` (loss: "link relations written as FOLLOWS_FROM"); link attributes and trace states are not carried |
+//! | `operationName`, `startTime`/`duration` (µs), `flags` | name, times, flags | ns truncated to µs (loss counted) |
+//! | `tags` (typed: string, bool, int64, float64, binary) | attributes, same types | arrays and maps are written as JSON text (loss: "non-scalar attributes stringified") |
+//! | tag `span.kind` | [`SpanKind`] | |
+//! | tags `error`, `otel.status_code`, `otel.status_description` | [`Status`] | |
+//! | tags `otel.scope.name`, `otel.scope.version` | [`Span::scope`] | scope attributes are not carried |
+//! | tag `w3c.tracestate` | `trace_state` | |
+//! | `logs[]` (`timestamp`, `fields`; field `event` = name) | [`Span::events`] | |
+//! | `processes[processID]` (`serviceName`, `tags`) | [`Span::resource`] | `service.name` ↔ `serviceName` |
+//! | — | dropped counts, schema URLs | not carried |
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use base64::Engine;
+use serde::Deserialize;
+
+use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
+use crate::codec::jsonscan::{ArrayStream, element_error};
+use crate::codec::jsonw as w;
+use crate::codec::otlp::json::Num;
+use crate::codec::stream::{ExternalSorter, SpanWriter, WriterOptions};
+use crate::codec::{Losses, zipkin};
+use crate::conv;
+use crate::id::{SpanId, TraceId};
+use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
+use crate::value::{Attributes, KeyValue, Value};
+
+pub(crate) const FORMAT: &str = "Jaeger JSON";
+const EXPECTED: &str = "a Jaeger JSON document ('{' with \"data\")";
+const TRACE_STATE_TAG: &str = "w3c.tracestate";
+
+/// Loss: Jaeger knows only CHILD_OF and FOLLOWS_FROM.
+pub const LOST_RELATION: &str = "link relations written as FOLLOWS_FROM";
+/// Loss: link attributes.
+pub const LOST_LINK_ATTRS: &str = "link attributes dropped";
+/// Loss: arrays and maps become JSON text.
+pub const LOST_NON_SCALAR: &str = "non-scalar attributes stringified";
+/// Loss: sub-µs precision.
+pub const LOST_PRECISION: &str = "spans with times truncated to µs";
+/// Loss: scope attributes.
+pub const LOST_SCOPE_ATTRS: &str = "scope attributes dropped";
+
+/// Decodes a Jaeger JSON document; fails on the first span it cannot accept.
+pub fn decode_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
+    let mut r = JaegerReader::new(bytes);
+    let mut out = Vec::new();
+    let mut rejected = Rejected::default();
+    while r.next_into(Mode::Strict, &mut out, &mut rejected)? {}
+    Ok(out)
+}
+
+/// Decodes a Jaeger JSON document, skipping (and counting) spans with invalid ids.
+pub fn decode_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
+    let mut r = JaegerReader::new(bytes);
+    let mut out = Vec::new();
+    let mut rejected = Rejected::default();
+    while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
+    Ok((out, rejected))
+}
+
+/// Encodes spans as a Jaeger JSON document (grouped by trace, traces in order of first
+/// appearance, spans by start time).
+pub fn encode_json(spans: &[Span]) -> Vec<u8> {
+    encode_json_with(spans, &mut Losses::default())
+}
+
+/// Encodes spans as a Jaeger JSON document, counting what Jaeger cannot carry.
+pub fn encode_json_with(spans: &[Span], losses: &mut Losses) -> Vec<u8> {
+    let mut order: Vec<TraceId> = Vec::new();
+    let mut by_trace: HashMap<TraceId, Vec<&Span>> = HashMap::new();
+    for s in spans {
+        by_trace
+            .entry(s.trace_id)
+            .or_insert_with(|| {
+                order.push(s.trace_id);
+                Vec::new()
+            })
+            .push(s);
+    }
+    let mut out = Vec::with_capacity(spans.len() * 600);
+    out.extend_from_slice(b"{\"data\":[");
+    for (i, t) in order.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let mut trace = by_trace.remove(t).unwrap_or_default();
+        trace.sort_by_key(|s| s.start_ns);
+        write_trace(&trace, &mut out, losses);
+    }
+    out.extend_from_slice(b"],\"total\":0,\"limit\":0,\"offset\":0,\"errors\":null}");
+    out
+}
+
+fn write_trace(spans: &[&Span], out: &mut Vec<u8>, losses: &mut Losses) {
+    let mut processes: Vec<&Arc<Resource>> = Vec::new();
+    out.extend_from_slice(b"{\"traceID\":");
+    w::trace_id(out, &spans[0].trace_id);
+    out.extend_from_slice(b",\"spans\":[");
+    for (i, s) in spans.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let pid = match processes.iter().position(|r| crate::codec::otlp::same(r, &s.resource)) {
+            Some(p) => p,
+            None => {
+                processes.push(&s.resource);
+                processes.len() - 1
+            }
+        };
+        write_span(s, pid + 1, out, losses);
+    }
+    out.extend_from_slice(b"],\"processes\":{");
+    for (i, r) in processes.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        w::key(out, &format!("p{}", i + 1));
+        out.extend_from_slice(b"{\"serviceName\":");
+        w::str(out, r.service_name());
+        out.extend_from_slice(b",\"tags\":[");
+        let mut first = true;
+        for kv in r.attributes.iter().filter(|kv| kv.key != conv::SERVICE_NAME) {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            write_tag(out, &kv.key, &kv.value, losses);
+        }
+        out.extend_from_slice(b"]}");
+    }
+    out.extend_from_slice(b"},\"warnings\":null}");
+}
+
+fn write_span(s: &Span, pid: usize, out: &mut Vec<u8>, losses: &mut Losses) {
+    if !s.start_ns.is_multiple_of(1000)
+        || !s.end_ns.is_multiple_of(1000)
+        || s.events.iter().any(|e| !e.time_ns.is_multiple_of(1000))
+    {
+        losses.add(LOST_PRECISION, 1);
+    }
+    losses.add(LOST_SCOPE_ATTRS, s.scope.attributes.len() as u64);
+    out.extend_from_slice(b"{\"traceID\":");
+    w::trace_id(out, &s.trace_id);
+    out.extend_from_slice(b",\"spanID\":");
+    w::span_id(out, &s.span_id);
+    out.extend_from_slice(b",\"operationName\":");
+    w::str(out, &s.name);
+    out.extend_from_slice(b",\"references\":[");
+    let mut first = true;
+    let mut reference = |out: &mut Vec<u8>, kind: &str, t: &TraceId, id: &SpanId| {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(b"{\"refType\":");
+        w::str(out, kind);
+        out.extend_from_slice(b",\"traceID\":");
+        w::trace_id(out, t);
+        out.extend_from_slice(b",\"spanID\":");
+        w::span_id(out, id);
+        out.push(b'}');
+    };
+    if let Some(p) = &s.parent_span_id {
+        reference(out, "CHILD_OF", &s.trace_id, p);
+    }
+    for l in &s.links {
+        let kind = match l.relation {
+            LinkRelation::ChildOf => "CHILD_OF",
+            LinkRelation::FollowsFrom => "FOLLOWS_FROM",
+            LinkRelation::Unspecified | LinkRelation::CausedBy => {
+                losses.add(LOST_RELATION, 1);
+                "FOLLOWS_FROM"
+            }
+        };
+        losses.add(LOST_LINK_ATTRS, l.attributes.len() as u64);
+        reference(out, kind, &l.trace_id, &l.span_id);
+    }
+    out.extend_from_slice(b"],\"flags\":");
+    w::u64(out, s.flags as u64);
+    out.extend_from_slice(b",\"startTime\":");
+    w::u64(out, s.start_ns / 1000);
+    out.extend_from_slice(b",\"duration\":");
+    w::u64(out, s.end_ns.saturating_sub(s.start_ns) / 1000);
+    out.extend_from_slice(b",\"tags\":[");
+    let mut n = 0;
+    let mut tag = |out: &mut Vec<u8>, k: &str, v: &Value, losses: &mut Losses| {
+        if n > 0 {
+            out.push(b',');
+        }
+        n += 1;
+        write_tag(out, k, v, losses);
+    };
+    for kv in s.attributes.iter() {
+        tag(out, &kv.key, &kv.value, losses);
+    }
+    if let Some(k) = kind_name(s.kind) {
+        tag(out, conv::SPAN_KIND, &Value::Str(k.into()), losses);
+    }
+    match s.status.code {
+        StatusCode::Unset => {}
+        StatusCode::Ok => tag(out, conv::OTEL_STATUS_CODE, &Value::Str("OK".into()), losses),
+        StatusCode::Error => {
+            tag(out, conv::ERROR, &Value::Bool(true), losses);
+            tag(out, conv::OTEL_STATUS_CODE, &Value::Str("ERROR".into()), losses);
+            if !s.status.message.is_empty() {
+                tag(out, conv::OTEL_STATUS_DESCRIPTION, &Value::Str(s.status.message.clone()), losses);
+            }
+        }
+    }
+    if !s.scope.name.is_empty() {
+        tag(out, conv::OTEL_SCOPE_NAME, &Value::Str(s.scope.name.clone()), losses);
+    }
+    if !s.scope.version.is_empty() {
+        tag(out, conv::OTEL_SCOPE_VERSION, &Value::Str(s.scope.version.clone()), losses);
+    }
+    if !s.trace_state.is_empty() {
+        tag(out, TRACE_STATE_TAG, &Value::Str(s.trace_state.clone()), losses);
+    }
+    out.extend_from_slice(b"],\"logs\":[");
+    for (i, e) in s.events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"timestamp\":");
+        w::u64(out, e.time_ns / 1000);
+        out.extend_from_slice(b",\"fields\":[");
+        write_tag(out, "event", &Value::Str(e.name.clone()), losses);
+        for kv in e.attributes.iter() {
+            out.push(b',');
+            write_tag(out, &kv.key, &kv.value, losses);
+        }
+        out.extend_from_slice(b"]}");
+    }
+    out.extend_from_slice(b"],\"processID\":");
+    w::str(out, &format!("p{pid}"));
+    out.extend_from_slice(b",\"warnings\":null}");
+}
+
+fn kind_name(k: SpanKind) -> Option<&'static str> {
+    match k {
+        SpanKind::Unspecified => None,
+        k => Some(k.as_str()),
+    }
+}
+
+fn write_tag(out: &mut Vec<u8>, key: &str, v: &Value, losses: &mut Losses) {
+    out.extend_from_slice(b"{\"key\":");
+    w::str(out, key);
+    match v {
+        Value::Str(s) => {
+            out.extend_from_slice(b",\"type\":\"string\",\"value\":");
+            w::str(out, s);
+        }
+        Value::Bool(b) => {
+            out.extend_from_slice(b",\"type\":\"bool\",\"value\":");
+            w::bool(out, *b);
+        }
+        Value::I64(i) => {
+            out.extend_from_slice(b",\"type\":\"int64\",\"value\":");
+            w::i64(out, *i);
+        }
+        Value::F64(f) => {
+            out.extend_from_slice(b",\"type\":\"float64\",\"value\":");
+            if f.is_finite() {
+                w::f64(out, *f);
+            } else {
+                losses.add(LOST_NON_SCALAR, 1);
+                w::str(out, &f.to_string());
+            }
+        }
+        Value::Bytes(b) => {
+            out.extend_from_slice(b",\"type\":\"binary\",\"value\":");
+            w::base64(out, b);
+        }
+        Value::Array(_) | Value::Map(_) | Value::Empty => {
+            if !matches!(v, Value::Empty) {
+                losses.add(LOST_NON_SCALAR, 1);
+            }
+            out.extend_from_slice(b",\"type\":\"string\",\"value\":");
+            w::str(out, &v.to_string());
+        }
+    }
+    out.push(b'}');
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading.
+
+/// Streaming reader: one trace (`data[]` element) at a time.
+pub(crate) struct JaegerReader<R> {
+    stream: ArrayStream<R>,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> JaegerReader<R> {
+    pub(crate) fn new(r: R) -> Self {
+        JaegerReader { stream: ArrayStream::new(r, FORMAT, &["data"], EXPECTED), buf: Vec::new() }
+    }
+
+    pub(crate) fn next_into(
+        &mut self,
+        mode: Mode,
+        out: &mut Vec<Span>,
+        rejected: &mut Rejected,
+    ) -> Result<bool, CodecError> {
+        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
+            return Ok(false);
+        };
+        let prefix = format!("data[{index}]");
+        let trace: JTrace<'_> = match serde_json::from_slice(&self.buf) {
+            Ok(t) => t,
+            Err(e) => return Err(element_error::<JTrace<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+        };
+        let mut processes: HashMap<&str, Arc<Resource>> = HashMap::new();
+        for (id, p) in &trace.processes {
+            processes.insert(id.as_ref(), Arc::new(p.to_resource()));
+        }
+        let mut sink = Sink { mode, rejected };
+        let mut scopes: HashMap<(String, String), Arc<Scope>> = HashMap::new();
+        for (k, s) in trace.spans.iter().enumerate() {
+            match convert_span(s, &processes, &mut scopes) {
+                Ok(span) => out.push(span),
+                Err(e) => sink.reject(e.within(&format!("{prefix}.spans[{k}]")).at(start.position()))?,
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[derive(Deserialize)]
+struct JTrace<'a> {
+    #[serde(default, borrow)]
+    spans: Vec<JSpan<'a>>,
+    #[serde(default, borrow)]
+    processes: HashMap<Cow<'a, str>, JProcess>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JSpan<'a> {
+    #[serde(default, rename = "traceID", borrow)]
+    trace_id: Option<Cow<'a, str>>,
+    #[serde(default, rename = "spanID", borrow)]
+    span_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    operation_name: String,
+    #[serde(default, borrow)]
+    references: Option<Vec<JRef<'a>>>,
+    #[serde(default)]
+    flags: Option<Num>,
+    #[serde(default)]
+    start_time: Option<Num>,
+    #[serde(default)]
+    duration: Option<Num>,
+    #[serde(default)]
+    tags: Option<Vec<JTag>>,
+    #[serde(default)]
+    logs: Option<Vec<JLog>>,
+    #[serde(default, rename = "processID", borrow)]
+    process_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    process: Option<JProcess>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JRef<'a> {
+    #[serde(default, borrow)]
+    ref_type: Cow<'a, str>,
+    #[serde(default, rename = "traceID", borrow)]
+    trace_id: Option<Cow<'a, str>>,
+    #[serde(default, rename = "spanID", borrow)]
+    span_id: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JProcess {
+    #[serde(default)]
+    service_name: String,
+    #[serde(default)]
+    tags: Option<Vec<JTag>>,
+}
+
+impl JProcess {
+    fn to_resource(&self) -> Resource {
+        let mut r = Resource::service(self.service_name.clone());
+        for t in self.tags.iter().flatten() {
+            r.attributes.push(t.key.clone(), t.value());
+        }
+        r
+    }
+}
+
+#[derive(Deserialize)]
+struct JTag {
+    #[serde(default)]
+    key: String,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    value: serde_json::Value,
+}
+
+impl JTag {
+    fn value(&self) -> Value {
+        use serde_json::Value as J;
+        match (self.kind.as_deref().unwrap_or("").to_ascii_lowercase().as_str(), &self.value) {
+            ("binary", J::String(s)) => base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map(Value::Bytes)
+                .unwrap_or_else(|_| Value::Str(s.clone())),
+            ("int64", J::String(s)) => s.parse().map(Value::I64).unwrap_or_else(|_| Value::Str(s.clone())),
+            ("float64", J::String(s)) => s.parse().map(Value::F64).unwrap_or_else(|_| Value::Str(s.clone())),
+            ("bool", J::String(s)) => Value::Bool(s == "true"),
+            ("float64", J::Number(n)) => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
+            (_, v) => zipkin::json_to_value(v.clone()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct JLog {
+    #[serde(default)]
+    timestamp: Option<Num>,
+    #[serde(default)]
+    fields: Option<Vec<JTag>>,
+}
+
+fn hex_trace(s: Option<&str>, field: &str) -> Result<TraceId, CodecError> {
+    zipkin::trace_id_hex(FORMAT, s, field)
+}
+
+fn hex_span(s: Option<&str>, field: &str) -> Result<SpanId, CodecError> {
+    zipkin::span_id_hex(FORMAT, s, field)
+}
+
+fn convert_span(
+    s: &JSpan<'_>,
+    processes: &HashMap<&str, Arc<Resource>>,
+    scopes: &mut HashMap<(String, String), Arc<Scope>>,
+) -> Result<Span, CodecError> {
+    let trace_id = hex_trace(s.trace_id.as_deref(), "traceID")?;
+    let span_id = hex_span(s.span_id.as_deref(), "spanID")?;
+    let mut parent = None;
+    let mut links = Vec::new();
+    for (i, r) in s.references.iter().flatten().enumerate() {
+        let f = |x: &str| format!("references[{i}].{x}");
+        let t = hex_trace(r.trace_id.as_deref(), &f("traceID"))?;
+        let id = hex_span(r.span_id.as_deref(), &f("spanID"))?;
+        let child_of = r.ref_type.eq_ignore_ascii_case("CHILD_OF");
+        if child_of && parent.is_none() && t == trace_id {
+            parent = Some(id);
+        } else {
+            let relation = if child_of { LinkRelation::ChildOf } else { LinkRelation::FollowsFrom };
+            links.push(Link { trace_id: t, span_id: id, relation, ..Link::default() });
+        }
+    }
+    let mut attributes = Attributes::new();
+    let mut kind = SpanKind::Unspecified;
+    let mut status = Status::default();
+    let mut error = false;
+    let mut code = None;
+    let mut description = None;
+    let (mut scope_name, mut scope_version) = (String::new(), String::new());
+    let mut trace_state = String::new();
+    for t in s.tags.iter().flatten() {
+        let v = t.value();
+        match (t.key.as_str(), &v) {
+            (conv::SPAN_KIND, Value::Str(k)) if SpanKind::parse(k).is_some() => {
+                kind = SpanKind::parse(k).unwrap_or_default()
+            }
+            (conv::ERROR, Value::Bool(b)) => error = *b,
+            (conv::OTEL_STATUS_CODE, Value::Str(c)) if c == "OK" || c == "ERROR" => code = Some(c == "OK"),
+            (conv::OTEL_STATUS_DESCRIPTION, Value::Str(d)) => description = Some(d.clone()),
+            (conv::OTEL_SCOPE_NAME | conv::OTEL_LIBRARY_NAME, Value::Str(n)) => scope_name = n.clone(),
+            (conv::OTEL_SCOPE_VERSION | conv::OTEL_LIBRARY_VERSION, Value::Str(n)) => {
+                scope_version = n.clone()
+            }
+            (TRACE_STATE_TAG, Value::Str(ts)) => trace_state = ts.clone(),
+            _ => attributes.0.push(KeyValue { key: t.key.clone(), value: v }),
+        }
+    }
+    if error || code == Some(false) {
+        status = Status { code: StatusCode::Error, message: description.take().unwrap_or_default() };
+    } else if code == Some(true) {
+        status.code = StatusCode::Ok;
+    }
+    if let Some(d) = description {
+        attributes.push(conv::OTEL_STATUS_DESCRIPTION, d);
+    }
+    let events = s
+        .logs
+        .iter()
+        .flatten()
+        .map(|l| {
+            let mut name = String::new();
+            let mut attrs = Attributes::new();
+            for f in l.fields.iter().flatten() {
+                match (f.key.as_str(), f.value()) {
+                    ("event", Value::Str(n)) if name.is_empty() => name = n,
+                    (_, v) => attrs.0.push(KeyValue { key: f.key.clone(), value: v }),
+                }
+            }
+            SpanEvent {
+                time_ns: l.timestamp.map_or(0, |n| n.0).saturating_mul(1000),
+                name,
+                attributes: attrs,
+                dropped_attributes_count: 0,
+            }
+        })
+        .collect();
+    let resource = match (&s.process, s.process_id.as_deref()) {
+        (Some(p), _) => Arc::new(p.to_resource()),
+        (None, Some(id)) => processes.get(id).cloned().ok_or_else(|| {
+            CodecError::new(
+                FORMAT,
+                ErrorKind::InvalidValue,
+                format!("processID {id:?} is not in \"processes\""),
+            )
+            .field("processID")
+        })?,
+        (None, None) => Arc::new(Resource::default()),
+    };
+    let scope = if scope_name.is_empty() && scope_version.is_empty() {
+        Arc::new(Scope::default())
+    } else {
+        Arc::clone(scopes.entry((scope_name.clone(), scope_version.clone())).or_insert_with(|| {
+            Arc::new(Scope { name: scope_name, version: scope_version, ..Scope::default() })
+        }))
+    };
+    let start_ns = s.start_time.map_or(0, |n| n.0).saturating_mul(1000);
+    Ok(Span {
+        trace_id,
+        span_id,
+        parent_span_id: parent,
+        trace_state,
+        flags: s.flags.map_or(0, |n| n.0 as u32),
+        name: s.operation_name.clone(),
+        kind,
+        start_ns,
+        end_ns: start_ns.saturating_add(s.duration.map_or(0, |n| n.0).saturating_mul(1000)),
+        status,
+        attributes,
+        events,
+        links,
+        resource,
+        scope,
+        ..Span::default()
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Streaming writer.
+
+/// Writes Jaeger JSON from a stream: spans are grouped per trace through an external sort
+/// (bounded memory: one sort run plus one trace at a time).
+pub(crate) struct JaegerWriter<W, F: Fn(&Span) -> (TraceId, u64, SpanId)> {
+    out: W,
+    sorter: ExternalSorter<(TraceId, u64, SpanId), F>,
+}
+
+type JaegerKey = fn(&Span) -> (TraceId, u64, SpanId);
+
+impl<W: Write> JaegerWriter<W, JaegerKey> {
+    pub(crate) fn new(out: W, options: WriterOptions) -> Self {
+        let key: JaegerKey = |s| (s.trace_id, s.start_ns, s.span_id);
+        JaegerWriter { out, sorter: ExternalSorter::new(FORMAT, &options, key) }
+    }
+}
+
+impl<W: Write> SpanWriter for JaegerWriter<W, JaegerKey> {
+    fn write(&mut self, spans: &[Span]) -> Result<(), CodecError> {
+        self.sorter.push(spans)
+    }
+
+    fn finish(self: Box<Self>) -> Result<Losses, CodecError> {
+        let JaegerWriter { mut out, sorter } = *self;
+        let io = |e: std::io::Error| CodecError::io(FORMAT, e);
+        let mut losses = Losses::default();
+        out.write_all(b"{\"data\":[\n").map_err(io)?;
+        let mut current: Vec<Span> = Vec::new();
+        let mut first = true;
+        let mut buf = Vec::new();
+        let mut flush = |trace: &mut Vec<Span>, out: &mut W, losses: &mut Losses| -> Result<(), CodecError> {
+            if trace.is_empty() {
+                return Ok(());
+            }
+            buf.clear();
+            if !first {
+                buf.extend_from_slice(b",\n");
+            }
+            first = false;
+            let refs: Vec<&Span> = trace.iter().collect();
+            write_trace(&refs, &mut buf, losses);
+            trace.clear();
+            out.write_all(&buf).map_err(io)
+        };
+        sorter.drain(|s| {
+            if current.first().is_some_and(|c| c.trace_id != s.trace_id) {
+                flush(&mut current, &mut out, &mut losses)?;
+            }
+            current.push(s);
+            Ok(())
+        })?;
+        flush(&mut current, &mut out, &mut losses)?;
+        out.write_all(b"\n],\"total\":0,\"limit\":0,\"offset\":0,\"errors\":null}\n").map_err(io)?;
+        out.flush().map_err(io)?;
+        Ok(losses)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::sample;
+
+    #[test]
+    fn round_trip_keeps_what_jaeger_carries() {
+        let spans: Vec<Span> = sample::spans(120, 13)
+            .into_iter()
+            .map(|mut s| {
+                s.start_ns -= s.start_ns % 1000;
+                s.end_ns -= s.end_ns % 1000;
+                for e in &mut s.events {
+                    e.time_ns -= e.time_ns % 1000;
+                }
+                for l in &mut s.links {
+                    l.attributes = Attributes::new();
+                    if matches!(l.relation, LinkRelation::Unspecified | LinkRelation::CausedBy) {
+                        l.relation = LinkRelation::FollowsFrom;
+                    }
+                }
+                s
+            })
+            .collect();
+        let mut losses = Losses::default();
+        let text = encode_json_with(&spans, &mut losses);
+        let back = decode_json(&text).unwrap();
+        assert_eq!(back.len(), spans.len());
+        let mut want = spans.clone();
+        want.sort_by_key(|s| (s.trace_id, s.start_ns, s.span_id));
+        let mut got = back;
+        got.sort_by_key(|s| (s.trace_id, s.start_ns, s.span_id));
+        for (a, b) in want.iter().zip(&got) {
+            let mut a = a.clone();
+            // Jaeger keeps types of scalars; arrays/maps come back as JSON text.
+            for kv in &mut a.attributes.0 {
+                if matches!(kv.value, Value::Array(_) | Value::Map(_)) {
+                    kv.value = Value::Str(kv.value.to_string());
+                }
+            }
+            let mut b = b.clone();
+            b.resource =
+                Arc::new(Resource { schema_url: a.resource.schema_url.clone(), ..(*b.resource).clone() });
+            b.scope = Arc::new(Scope { attributes: a.scope.attributes.clone(), ..(*b.scope).clone() });
+            assert_eq!(a, b);
+        }
+        assert!(losses.get(LOST_NON_SCALAR) > 0, "{losses}");
+    }
+
+    #[test]
+    fn streaming_writer_groups_traces() {
+        let spans = sample::spans(300, 17);
+        let dir = std::env::temp_dir();
+        let mut out = Vec::new();
+        let mut w: Box<dyn SpanWriter> =
+            Box::new(JaegerWriter::new(&mut out, WriterOptions { spill_dir: dir, sort_run_spans: 16 }));
+        for chunk in spans.chunks(10) {
+            w.write(chunk).unwrap();
+        }
+        w.finish().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let data = v["data"].as_array().unwrap();
+        let mut traces: Vec<&str> = data.iter().map(|t| t["traceID"].as_str().unwrap()).collect();
+        let n = traces.len();
+        traces.dedup();
+        assert_eq!(traces.len(), n, "each trace appears once");
+        assert_eq!(decode_json(&out).unwrap().len(), 300);
+    }
+
+    #[test]
+    fn bad_input() {
+        let (ok, rej) = decode_json_lenient(
+            br#"{"data":[{"traceID":"1","spans":[{"traceID":"1","spanID":"2","processID":"p1"},{"traceID":"1","spanID":"zz"}],"processes":{"p1":{"serviceName":"s"}}}]}"#,
+        )
+        .unwrap();
+        assert_eq!((ok.len(), rej.count), (1, 1));
+        assert_eq!(ok[0].service_name(), "s");
+        assert_eq!(rej.first_error.unwrap().field, "data[0].spans[1].spanID");
+        assert!(
+            decode_json(br#"{"data":[{"spans":[{"traceID":"1","spanID":"2","processID":"nope"}]}]}"#)
+                .is_err()
+        );
+        assert!(decode_json(b"{\"data\":[{\"spans\":[").is_err());
+    }
+}

@@ -1,0 +1,75 @@
+//! Codecs: every trace format weft reads and writes, to and from [`crate::Span`].
+//!
+//! | module | format | read | write |
+//! |---|---|---|---|
+//! | [`otlp`] | OTLP protobuf (`ExportTraceServiceRequest`) and OTLP/JSON | yes | yes |
+//! | [`zipkin`] | Zipkin v2 JSON, Zipkin v2 proto3 | yes | yes |
+//! | [`zipkin`] | Zipkin v1 JSON (BlkKin) | yes | — |
+//! | [`jaeger`] | Jaeger JSON (UI upload, API v1) | yes | yes |
+//! | [`chrome`] | Chrome Trace Event JSON (Perfetto, chrome://tracing) | — | yes |
+//!
+//! [`stream`] converts files of any size between them in bounded memory.
+//!
+//! Every decoder returns a [`CodecError`] that names the format, the position (byte offset
+//! or line and column), the field and the problem — never panics, never returns an empty
+//! result for input it did not understand. Decoders come in a strict form (the first bad span
+//! fails the call) and a lenient form that skips bad spans and counts them in [`Rejected`].
+
+pub mod chrome;
+mod error;
+pub mod jaeger;
+pub(crate) mod jsonscan;
+pub(crate) mod jsonw;
+pub mod otlp;
+pub mod sample;
+pub mod stream;
+pub mod zipkin;
+
+pub use error::{CodecError, ErrorDetails, ErrorKind, Position, Rejected};
+
+/// What an encoder could not carry into its target format, counted per kind of loss (e.g.
+/// "links dropped", "non-string attributes stringified"). Lossless targets leave it empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Losses(std::collections::BTreeMap<&'static str, u64>);
+
+impl Losses {
+    /// Counts `n` losses of kind `what` (`n == 0` records nothing).
+    pub fn add(&mut self, what: &'static str, n: u64) {
+        if n > 0 {
+            *self.0.entry(what).or_insert(0) += n;
+        }
+    }
+    /// How many losses of kind `what` were counted.
+    pub fn get(&self, what: &str) -> u64 {
+        self.0.get(what).copied().unwrap_or(0)
+    }
+    /// True when nothing was lost.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Each kind of loss with its count, in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        self.0.iter().map(|(k, v)| (*k, *v))
+    }
+    /// Adds another tally to this one.
+    pub fn merge(&mut self, other: &Losses) {
+        for (k, v) in other.iter() {
+            self.add(k, v);
+        }
+    }
+}
+
+impl std::fmt::Display for Losses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("nothing lost");
+        }
+        for (i, (k, v)) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{v} {k}")?;
+        }
+        Ok(())
+    }
+}

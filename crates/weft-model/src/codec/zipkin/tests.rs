@@ -1,0 +1,235 @@
+use super::*;
+use crate::codec::ErrorKind;
+use crate::codec::sample;
+
+/// The example span of Zipkin's v2 API documentation, plus a shared server side.
+const V2_EXAMPLE: &str = r#"[
+  {
+    "id": "352bff9a74ca9ad2",
+    "traceId": "5af7183fb1d4cf5f",
+    "parentId": "6b221d5bc9e6496c",
+    "name": "get /api",
+    "timestamp": 1556604172355737,
+    "duration": 1431,
+    "kind": "SERVER",
+    "localEndpoint": { "serviceName": "backend", "ipv4": "192.168.99.1", "port": 3306 },
+    "remoteEndpoint": { "ipv4": "172.19.0.2", "port": 58648 },
+    "annotations": [ { "timestamp": 1556604172355800, "value": "wr" } ],
+    "tags": { "http.method": "GET", "http.path": "/api", "mvc.controller.class": "Frontend", "error": "500 oops", "count": 3 },
+    "shared": true
+  }
+]"#;
+
+#[test]
+fn reads_the_documented_v2_example() {
+    let spans = decode_v2_json(V2_EXAMPLE.as_bytes()).unwrap();
+    assert_eq!(spans.len(), 1);
+    let s = &spans[0];
+    assert_eq!(s.trace_id.to_string(), "00000000000000005af7183fb1d4cf5f");
+    assert_eq!(s.span_id.to_string(), "352bff9a74ca9ad2");
+    assert_eq!(s.parent_span_id.map(|p| p.to_string()).as_deref(), Some("6b221d5bc9e6496c"));
+    assert_eq!(s.kind, SpanKind::Server);
+    assert_eq!(s.start_ns, 1556604172355737000);
+    assert_eq!(s.end_ns, 1556604172355737000 + 1_431_000);
+    assert_eq!(s.service_name(), "backend");
+    assert_eq!(s.attributes.get_str(conv::LOCAL_IPV4), Some("192.168.99.1"));
+    assert_eq!(s.attributes.get(conv::LOCAL_PORT), Some(&Value::I64(3306)));
+    assert_eq!(s.attributes.get_str(conv::PEER_IP), Some("172.19.0.2"));
+    assert_eq!(s.attributes.get_str("http.path"), Some("/api"));
+    assert_eq!(s.attributes.get_str("count"), Some("3"));
+    assert_eq!(s.attributes.get(conv::ZIPKIN_SHARED), Some(&Value::Bool(true)));
+    assert_eq!(s.status, Status { code: StatusCode::Error, message: "500 oops".into() });
+    assert_eq!(s.events[0].name, "wr");
+    assert_eq!(s.events[0].time_ns, 1556604172355800000);
+}
+
+fn json_eq(a: &[u8], b: &[u8]) {
+    let a: serde_json::Value = serde_json::from_slice(a).unwrap();
+    let b: serde_json::Value = serde_json::from_slice(b).unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn v2_json_zipkin_round_trip_is_exact() {
+    let mut text = V2_EXAMPLE.replace(", \"count\": 3", "");
+    text.retain(|c| !c.is_whitespace() || c == ' ');
+    let spans = decode_v2_json(text.as_bytes()).unwrap();
+    let mut losses = Losses::default();
+    let back = encode_v2_json_with(&spans, &mut losses);
+    json_eq(text.as_bytes(), &back);
+    assert!(losses.is_empty(), "{losses}");
+}
+
+#[test]
+fn sample_spans_survive_zipkin_within_its_limits() {
+    let spans: Vec<Span> = sample::spans(200, 11)
+        .into_iter()
+        .map(|mut s| {
+            // What Zipkin carries: string attributes, µs times, no links, CLIENT/SERVER kinds.
+            s.attributes = s
+                .attributes
+                .iter()
+                .map(|kv| KeyValue::new(kv.key.clone(), Value::Str(kv.value.to_string())))
+                .collect();
+            s.links.clear();
+            s.flags = 0;
+            s.start_ns -= s.start_ns % 1000;
+            s.end_ns -= s.end_ns % 1000;
+            for e in &mut s.events {
+                e.time_ns -= e.time_ns % 1000;
+            }
+            s
+        })
+        .collect();
+    let mut losses = Losses::default();
+    let text = encode_v2_json_with(&spans, &mut losses);
+    assert!(losses.get(LOST_RESOURCE_ATTRS) > 0);
+    assert!(losses.get(LOST_INTERNAL) > 0);
+    let back = decode_v2_json(&text).unwrap();
+    assert_eq!(back.len(), spans.len());
+    for (a, b) in spans.iter().zip(&back) {
+        assert_eq!((a.trace_id, a.span_id, a.parent_span_id), (b.trace_id, b.span_id, b.parent_span_id));
+        assert_eq!(a.name, b.name);
+        assert_eq!((a.start_ns, a.end_ns), (b.start_ns, b.end_ns), "whole µs survive");
+        assert_eq!(a.status, b.status);
+        assert_eq!(a.service_name(), b.service_name());
+        assert_eq!((&a.scope.name, &a.scope.version), (&b.scope.name, &b.scope.version));
+        let mut x: Vec<_> = a.attributes.iter().map(|kv| (kv.key.clone(), kv.value.to_string())).collect();
+        let mut y: Vec<_> = b.attributes.iter().map(|kv| (kv.key.clone(), kv.value.to_string())).collect();
+        x.sort();
+        y.sort();
+        assert_eq!(x, y);
+        // Events with attributes travel as {"name":{attrs}} and come back typed.
+        assert_eq!(a.events, b.events);
+    }
+    // The proto3 form carries the same.
+    let back_proto = decode_v2_proto(&encode_v2_proto(&spans)).unwrap();
+    assert_eq!(back_proto.len(), back.len());
+    for (a, b) in back.iter().zip(&back_proto) {
+        let mut x = a.clone();
+        let mut y = b.clone();
+        x.attributes.0.sort_by(|p, q| p.key.cmp(&q.key));
+        y.attributes.0.sort_by(|p, q| p.key.cmp(&q.key));
+        assert_eq!(x, y);
+    }
+}
+
+#[test]
+fn losses_are_counted() {
+    let spans = sample::spans(20, 3);
+    let mut losses = Losses::default();
+    encode_v2_json_with(&spans, &mut losses);
+    let links: u64 = spans.iter().map(|s| s.links.len() as u64).sum();
+    assert_eq!(losses.get(LOST_LINKS), links);
+    assert!(losses.get(LOST_STRINGIFIED) > 0);
+    assert!(losses.to_string().contains("non-string attributes stringified"), "{losses}");
+}
+
+#[test]
+fn lenient_v2_rejects_bad_spans_only() {
+    let text = br#"[{"traceId":"a","id":"1","name":"ok"},{"traceId":"zz","id":"2"},{"traceId":"a","id":"3","kind":"SIDEWAYS"},{"traceId":"a","id":4},{"traceId":"a","id":"5","name":"ok2"}]"#;
+    let (spans, rej) = decode_v2_json_lenient(text).unwrap();
+    assert_eq!(spans.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["ok", "ok2"]);
+    assert_eq!(rej.count, 3);
+    let e = rej.first_error.unwrap();
+    assert_eq!(e.field, "[1].traceId");
+    let e = decode_v2_json(text).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidId);
+}
+
+#[test]
+fn v2_bad_input_names_position() {
+    let e = decode_v2_json(b"[{\"traceId\":\"a\",\n\"id\":\"1\",\n\"timestamp\":\"x\"}]").unwrap_err();
+    assert_eq!(e.field, "[0].timestamp");
+    assert!(matches!(e.position, crate::codec::Position::Line { line: 3, .. }), "{e}");
+    let e = decode_v2_json(b"[{\"traceId\":\"a\",\"id\":\"1\"},").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Truncated);
+    let e = decode_v2_json(b"{\"resourceSpans\":[]}").unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Mismatch);
+}
+
+#[test]
+fn proto_rejects_bad_ids_and_garbage() {
+    let mut spans = sample::spans(3, 1);
+    spans.truncate(3);
+    let mut list =
+        ListOfSpans { spans: spans.iter().map(|s| proto::to_proto(s, &mut Losses::default())).collect() };
+    list.spans[1].id = vec![1, 2];
+    let bytes = prost::Message::encode_to_vec(&list);
+    let (ok, rej) = decode_v2_proto_lenient(&bytes).unwrap();
+    assert_eq!((ok.len(), rej.count), (2, 1));
+    assert_eq!(rej.first_error.unwrap().field, "spans[1].id");
+    assert!(decode_v2_proto(&bytes[..bytes.len() - 3]).is_err());
+    assert!(decode_v2_proto(b"[{\"a\":1}]").is_err());
+}
+
+use proto::ListOfSpans;
+
+/// BlkKin-style v1: one RPC logged by both hosts under one span id, plus a local span with
+/// an integer key/value.
+const V1_BLKKIN: &str = r#"[
+ {"traceId":"00000000000004d2","name":"osd_op","id":"0000000000000007","parentId":"0000000000000003",
+  "annotations":[
+    {"timestamp":1000,"value":"cs","endpoint":{"serviceName":"rbd","ipv4":"10.0.0.1","port":6800}},
+    {"timestamp":1100,"value":"sr","endpoint":{"serviceName":"osd.0","ipv4":"10.0.0.2","port":6801}},
+    {"timestamp":1200,"value":"journal_write","endpoint":{"serviceName":"osd.0","ipv4":"10.0.0.2","port":6801}},
+    {"timestamp":1800,"value":"ss","endpoint":{"serviceName":"osd.0","ipv4":"10.0.0.2","port":6801}},
+    {"timestamp":1900,"value":"cr","endpoint":{"serviceName":"rbd","ipv4":"10.0.0.1","port":6800}}],
+  "binaryAnnotations":[
+    {"key":"object","value":"rbd_data.1","endpoint":{"serviceName":"rbd","ipv4":"10.0.0.1","port":6800}},
+    {"key":"bytes","value":4096,"type":"I64","endpoint":{"serviceName":"osd.0","ipv4":"10.0.0.2","port":6801}},
+    {"key":"sa","value":true,"type":"BOOL","endpoint":{"serviceName":"osd.0","ipv4":"10.0.0.2","port":6801}},
+    {"key":"ca","value":true,"type":"BOOL","endpoint":{"serviceName":"rbd","ipv4":167772161,"port":6800}}]},
+ {"traceId":1234,"name":"encode","id":8,"parentId":7,"timestamp":1300,"duration":50,
+  "annotations":[],
+  "binaryAnnotations":[{"key":"lc","value":"crush","endpoint":{"serviceName":"osd.0","ipv4":"10.0.0.2"}},
+                       {"key":"ratio","value":0.5,"type":"DOUBLE","endpoint":{"serviceName":"osd.0"}}]}
+]"#;
+
+#[test]
+fn v1_blkkin_shared_spans_split_into_client_and_server() {
+    let spans = decode_v1_json(V1_BLKKIN.as_bytes()).unwrap();
+    assert_eq!(spans.len(), 3);
+    let (c, s, l) = (&spans[0], &spans[1], &spans[2]);
+    assert_eq!(c.kind, SpanKind::Client);
+    assert_eq!(s.kind, SpanKind::Server);
+    assert_eq!(c.span_id, s.span_id);
+    assert_eq!(c.trace_id, TraceId::from_u64(1234));
+    assert_eq!(c.parent_span_id, Some(SpanId::from_u64(3)));
+    assert_eq!((c.start_ns, c.end_ns), (1_000_000, 1_900_000));
+    assert_eq!((s.start_ns, s.end_ns), (1_100_000, 1_800_000));
+    assert_eq!(c.service_name(), "rbd");
+    assert_eq!(s.service_name(), "osd.0");
+    assert_eq!(s.attributes.get(conv::ZIPKIN_SHARED), Some(&Value::Bool(true)));
+    assert_eq!(c.attributes.get(conv::ZIPKIN_SHARED), None);
+    // Remote endpoints from the address annotations (ca's integer IPv4 = 10.0.0.1).
+    assert_eq!(c.attributes.get_str(conv::PEER_SERVICE), Some("osd.0"));
+    assert_eq!(s.attributes.get_str(conv::PEER_IP), Some("10.0.0.1"));
+    // Typed key/values on the side that logged them.
+    assert_eq!(s.attributes.get("bytes"), Some(&Value::I64(4096)));
+    assert_eq!(c.attributes.get_str("object"), Some("rbd_data.1"));
+    // The full timeline stays as events.
+    assert_eq!(c.events.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["cs", "cr"]);
+    assert_eq!(s.events.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["sr", "journal_write", "ss"]);
+    // The local span: integer ids, lc endpoint, typed double.
+    assert_eq!(l.kind, SpanKind::Unspecified);
+    assert_eq!(l.span_id, SpanId::from_u64(8));
+    assert_eq!(l.parent_span_id, Some(SpanId::from_u64(7)));
+    assert_eq!(l.service_name(), "osd.0");
+    assert_eq!((l.start_ns, l.end_ns), (1_300_000, 1_350_000));
+    assert_eq!(l.attributes.get("ratio"), Some(&Value::F64(0.5)));
+    assert_eq!(l.attributes.get_str("lc"), Some("crush"));
+}
+
+#[test]
+fn v1_bad_input() {
+    let (ok, rej) =
+        decode_v1_json_lenient(br#"[{"traceId":"x1","id":"1"},{"traceId":"1","id":"2"}]"#).unwrap();
+    assert_eq!((ok.len(), rej.count), (1, 1));
+    let e = decode_v1_json(
+        br#"[{"traceId":"1","id":"2","binaryAnnotations":[{"key":"n","value":"abc","type":"I32"}]}]"#,
+    )
+    .unwrap_err();
+    assert!(e.field.contains("binaryAnnotations[n]"), "{e}");
+    assert!(decode_v1_json(b"[{").is_err());
+}
