@@ -35,6 +35,7 @@ pub mod error;
 pub mod manifest;
 mod memtable;
 mod query;
+pub mod render;
 pub mod schema;
 pub mod segment;
 pub mod synth;
@@ -51,7 +52,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, FixedSizeBinaryArray, RecordBatch, StringArray};
+use datafusion::arrow::array::{Array, FixedSizeBinaryArray, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
@@ -59,6 +60,11 @@ use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use futures::StreamExt;
 use parking_lot::{Condvar, Mutex, RwLock};
 use weft_model::{Event, Span, SpanKind, TraceId};
+
+/// DataFusion, re-exported so crates linking the store use the same (single) copy of it and
+/// of arrow/parquet (`weft_store::datafusion::arrow`).
+pub use datafusion;
+pub use datafusion::arrow::array::RecordBatch;
 
 pub use convert::{SpanBatches, batches_to_spans, events_to_batch, spans_to_batches};
 pub use error::{Result, StoreError};

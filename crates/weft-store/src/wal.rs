@@ -76,8 +76,10 @@ impl std::str::FromStr for FsyncPolicy {
 
 /// One decoded WAL record.
 #[derive(Debug)]
-pub(crate) enum WalRecord {
+pub enum WalRecord {
+    /// An append of spans (batches of `spans`, `span_events`, `span_links`).
     Spans(SpanBatches),
+    /// An append of raw events (a batch of `events`).
     Events(RecordBatch),
 }
 
@@ -126,8 +128,8 @@ fn ipc_decode(
     }
 }
 
-/// Encodes an append of spans.
-pub(crate) fn encode_spans(b: &SpanBatches, out: &mut Vec<u8>) -> Result<()> {
+/// Encodes an append of spans as a WAL record payload.
+pub fn encode_spans(b: &SpanBatches, out: &mut Vec<u8>) -> Result<()> {
     out.push(KIND_SPANS);
     ipc_encode(out, &b.spans)?;
     ipc_encode(out, &b.events)?;
@@ -135,14 +137,14 @@ pub(crate) fn encode_spans(b: &SpanBatches, out: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
-/// Encodes an append of raw events.
-pub(crate) fn encode_events(b: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
+/// Encodes an append of raw events as a WAL record payload.
+pub fn encode_events(b: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
     out.push(KIND_EVENTS);
     ipc_encode(out, b)
 }
 
-/// Decodes a record payload.
-pub(crate) fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
+/// Decodes a record payload (never panics: anything malformed is an error naming the problem).
+pub fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
     let Some((&kind, mut rest)) = payload.split_first() else {
         return Err("empty record".into());
     };
