@@ -6,3 +6,6 @@
 //! Every algorithm takes `&[Span]` (one trace or many) and never touches storage, so the CLI,
 //! the server and tests can run it on files, woven output or query results alike — and the
 //! crate stays free of DataFusion.
+
+pub mod dependencies;
+pub mod skew;

@@ -25,6 +25,12 @@ struct Cli {
 enum Command {
     /// Convert traces between formats (OTLP proto/JSON, Zipkin v1/v2, Jaeger JSON, Chrome trace).
     Convert(cmd::convert::Args),
+    /// Run the collector and store: OTLP/Zipkin receivers, Zipkin/Jaeger/SQL read APIs, metrics.
+    Serve(cmd::serve::Args),
+    /// Run SQL over stored spans and events (against `weft serve`, or a data directory).
+    Query(cmd::query::Args),
+    /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
+    Loadgen(cmd::loadgen::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +41,9 @@ fn main() -> std::process::ExitCode {
     progress::set_quiet(cli.quiet);
     let result = match cli.command {
         Command::Convert(a) => cmd::convert::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Query(a) => cmd::query::run(a),
+        Command::Loadgen(a) => cmd::loadgen::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -36,3 +36,19 @@ pub fn bytes_bar(total: Option<u64>, label: &str) -> ProgressBar {
     }
     bar
 }
+
+/// A count-progress bar over `total` items (spans, requests) with a rate.
+pub fn count_bar(total: u64, label: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total).with_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {human_pos}/{human_len} {per_sec} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_owned());
+    if QUIET.load(Ordering::Relaxed) {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    bar
+}

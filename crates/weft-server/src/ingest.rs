@@ -1,0 +1,253 @@
+//! What every receiver does with a request body: bound it, decompress it, decode it, store it,
+//! and count the outcome.
+//!
+//! * Size: a body past [`ServerConfig::max_request_bytes`] (by `Content-Length` or while
+//!   reading), or past [`ServerConfig::max_decompressed_bytes`] once inflated, is refused with
+//!   413 before it is decoded.
+//! * Load: request bytes in flight (being read, decoded and stored) are bounded by
+//!   [`ServerConfig::max_inflight_bytes`]; past it a request is refused with 429 and
+//!   `Retry-After: 1` without being read. When the store's buffer is full (flushing cannot keep
+//!   up), decoded spans are refused with 503 and `Retry-After: 2`. Both are counted — memory
+//!   never grows without bound and nothing is dropped silently.
+//! * Decoding and the durable append run on the blocking pool; the response is sent only after
+//!   the append (the acknowledgement means "in the WAL").
+//!
+//! [`ServerConfig::max_request_bytes`]: crate::ServerConfig::max_request_bytes
+//! [`ServerConfig::max_decompressed_bytes`]: crate::ServerConfig::max_decompressed_bytes
+//! [`ServerConfig::max_inflight_bytes`]: crate::ServerConfig::max_inflight_bytes
+
+use std::io::Read;
+use std::sync::atomic::Ordering;
+
+use axum::http::{HeaderMap, StatusCode, header};
+use bytes::Bytes;
+use tokio::sync::OwnedSemaphorePermit;
+use weft_model::Span;
+use weft_model::codec::{CodecError, Rejected};
+use weft_store::StoreError;
+
+use crate::metrics::Receiver;
+use crate::state::AppState;
+
+/// Why a request was refused.
+#[derive(Debug)]
+pub enum IngestError {
+    /// 413.
+    TooLarge(String),
+    /// 429 (too much in flight).
+    Throttled,
+    /// 400 (undecodable body; the message names the position and field).
+    Malformed(String),
+    /// 415 (content type or encoding not understood).
+    Unsupported(String),
+    /// 503 (the store's buffer is full).
+    Overloaded(String),
+    /// 500.
+    Internal(String),
+}
+
+impl IngestError {
+    /// HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            IngestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            IngestError::Throttled => StatusCode::TOO_MANY_REQUESTS,
+            IngestError::Malformed(_) => StatusCode::BAD_REQUEST,
+            IngestError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            IngestError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            IngestError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+    /// `Retry-After` seconds, for the retryable ones.
+    pub fn retry_after(&self) -> Option<u32> {
+        match self {
+            IngestError::Throttled => Some(1),
+            IngestError::Overloaded(_) => Some(2),
+            _ => None,
+        }
+    }
+    /// Human-readable message.
+    pub fn message(&self) -> String {
+        match self {
+            IngestError::TooLarge(m)
+            | IngestError::Malformed(m)
+            | IngestError::Unsupported(m)
+            | IngestError::Overloaded(m)
+            | IngestError::Internal(m) => m.clone(),
+            IngestError::Throttled => "too many request bytes in flight; retry later".into(),
+        }
+    }
+}
+
+/// A body that passed the size and load checks, with its share of the in-flight budget.
+pub struct Admitted {
+    /// The (decompressed) body.
+    pub bytes: Bytes,
+    permits: Vec<OwnedSemaphorePermit>,
+}
+
+fn kib(n: usize) -> u32 {
+    (n.div_ceil(1024)).clamp(1, u32::MAX as usize) as u32
+}
+
+/// Reserves `bytes` of the in-flight budget (429 when it is exhausted).
+pub fn reserve(state: &AppState, r: Receiver, bytes: usize) -> Result<OwnedSemaphorePermit, IngestError> {
+    state.inflight.clone().try_acquire_many_owned(kib(bytes)).map_err(|_| {
+        state.metrics.receiver(r).requests_throttled.fetch_add(1, Ordering::Relaxed);
+        IngestError::Throttled
+    })
+}
+
+fn too_large(state: &AppState, r: Receiver, what: String) -> IngestError {
+    state.metrics.receiver(r).requests_too_large.fetch_add(1, Ordering::Relaxed);
+    IngestError::TooLarge(what)
+}
+
+/// Reads, bounds and decompresses a request body.
+pub async fn admit(
+    state: &AppState,
+    r: Receiver,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Result<Admitted, IngestError> {
+    state.metrics.receiver(r).requests.fetch_add(1, Ordering::Relaxed);
+    let limit = state.config.max_request_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    if let Some(n) = declared
+        && n > limit
+    {
+        return Err(too_large(
+            state,
+            r,
+            format!("request body of {n} bytes exceeds the limit of {limit} bytes"),
+        ));
+    }
+    let first = reserve(state, r, declared.unwrap_or(limit))?;
+    let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        // to_bytes fails on the limit or on a broken connection.
+        if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
+            || e.to_string().contains("length limit")
+        {
+            too_large(state, r, format!("request body exceeds the limit of {limit} bytes"))
+        } else {
+            IngestError::Malformed(format!("reading the request body: {e}"))
+        }
+    })?;
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let bytes = match decompress(&encoding, raw, state.config.max_decompressed_bytes) {
+        Ok(b) => b,
+        Err(e @ IngestError::TooLarge(_)) => {
+            state.metrics.receiver(r).requests_too_large.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        Err(e) => {
+            state.metrics.receiver(r).requests_malformed.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    let mut permits = vec![first];
+    if bytes.len() > declared.unwrap_or(limit) {
+        permits.push(reserve(state, r, bytes.len())?);
+    }
+    Ok(Admitted { bytes, permits })
+}
+
+/// Inflates a body according to its `Content-Encoding` (`gzip`, `deflate`, or none), refusing
+/// more than `max` bytes of output (413) — a decompression bomb costs at most `max` bytes.
+pub fn decompress(encoding: &str, raw: Bytes, max: usize) -> Result<Bytes, IngestError> {
+    match encoding {
+        "" | "identity" => Ok(raw),
+        "gzip" | "x-gzip" | "deflate" => {
+            let mut out = Vec::with_capacity((raw.len() * 4).min(max));
+            let res = if encoding == "deflate" {
+                flate2::read::ZlibDecoder::new(&raw[..]).take(max as u64 + 1).read_to_end(&mut out)
+            } else {
+                flate2::read::MultiGzDecoder::new(&raw[..]).take(max as u64 + 1).read_to_end(&mut out)
+            };
+            if let Err(e) = res {
+                return Err(IngestError::Malformed(format!("body is not valid {encoding} data: {e}")));
+            }
+            if out.len() > max {
+                return Err(IngestError::TooLarge(format!(
+                    "decompressed body exceeds the limit of {max} bytes"
+                )));
+            }
+            Ok(Bytes::from(out))
+        }
+        other => Err(IngestError::Unsupported(format!(
+            "Content-Encoding {other:?} is not supported (use gzip, deflate or none)"
+        ))),
+    }
+}
+
+/// What a stored request gave.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Spans stored.
+    pub accepted: u64,
+    /// Spans refused as invalid.
+    pub rejected: Rejected,
+}
+
+/// Decodes (on the blocking pool) and stores the spans of an admitted body.
+pub async fn store_body<D>(
+    state: &AppState,
+    r: Receiver,
+    body: Admitted,
+    decode: D,
+) -> Result<Stored, IngestError>
+where
+    D: FnOnce(&[u8]) -> Result<(Vec<Span>, Rejected), CodecError> + Send + 'static,
+{
+    let st = state.clone();
+    let res = tokio::task::spawn_blocking(move || {
+        let Admitted { bytes, permits } = body;
+        let decoded = decode(&bytes);
+        drop(bytes);
+        let out = match decoded {
+            Ok((spans, rejected)) => store_spans(&st, r, spans, rejected),
+            Err(e) => {
+                st.metrics.receiver(r).requests_malformed.fetch_add(1, Ordering::Relaxed);
+                Err(IngestError::Malformed(e.to_string()))
+            }
+        };
+        drop(permits);
+        out
+    })
+    .await;
+    res.map_err(|e| IngestError::Internal(format!("ingest task failed: {e}")))?
+}
+
+/// Stores decoded spans (blocking) and counts the outcome.
+pub fn store_spans(
+    state: &AppState,
+    r: Receiver,
+    spans: Vec<Span>,
+    rejected: Rejected,
+) -> Result<Stored, IngestError> {
+    let c = state.metrics.receiver(r);
+    c.spans_rejected.fetch_add(rejected.count, Ordering::Relaxed);
+    let n = spans.len() as u64;
+    match state.store.append(&spans) {
+        Ok(()) => {
+            c.spans_accepted.fetch_add(n, Ordering::Relaxed);
+            Ok(Stored { accepted: n, rejected })
+        }
+        Err(e @ StoreError::Overloaded { .. }) => {
+            c.spans_dropped_overload.fetch_add(n, Ordering::Relaxed);
+            Err(IngestError::Overloaded(e.to_string()))
+        }
+        Err(e) => {
+            c.spans_dropped_error.fetch_add(n, Ordering::Relaxed);
+            tracing::error!(error = %e, receiver = r.as_str(), spans = n, "storing spans failed");
+            Err(IngestError::Internal(format!("storing spans failed: {e}")))
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! OTLP receivers: OTLP/HTTP `POST /v1/traces` (protobuf or JSON by `Content-Type`, gzip) and
+//! OTLP/gRPC `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
+//!
+//! Responses follow the OTLP specification: 200 with an `ExportTraceServiceResponse` (in the
+//! request's encoding) whose `partial_success` counts spans refused as invalid (bad ids) and
+//! names the first problem; 400 with a `google.rpc.Status` naming the field for an undecodable
+//! body; 413 past the size limits; 429 / 503 with `Retry-After` under overload (gRPC:
+//! `UNAVAILABLE`, which OTLP exporters retry).
+//!
+//! Agents (weft-agent) ship spans over this same OTLP/HTTP protobuf path: it is already
+//! compact, batched, compressible and acknowledged after the durable append, so weft has no
+//! separate "native" stream to maintain.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use prost::Message;
+use weft_model::codec::otlp::{self, proto};
+
+use crate::ingest::{self, IngestError, Stored};
+use crate::metrics::Receiver;
+use crate::state::AppState;
+
+/// Routes: `POST /v1/traces`.
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/v1/traces", post(export))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Enc {
+    Proto,
+    Json,
+}
+
+/// `google.rpc.Status` (what OTLP/HTTP error bodies carry).
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+fn grpc_code(status: StatusCode) -> i32 {
+    match status {
+        StatusCode::BAD_REQUEST => 3,            // INVALID_ARGUMENT
+        StatusCode::PAYLOAD_TOO_LARGE => 8,      // RESOURCE_EXHAUSTED
+        StatusCode::TOO_MANY_REQUESTS => 8,      // RESOURCE_EXHAUSTED
+        StatusCode::SERVICE_UNAVAILABLE => 14,   // UNAVAILABLE
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => 3, // INVALID_ARGUMENT
+        _ => 13,                                 // INTERNAL
+    }
+}
+
+fn content_type(enc: Enc) -> HeaderValue {
+    HeaderValue::from_static(match enc {
+        Enc::Proto => "application/x-protobuf",
+        Enc::Json => "application/json",
+    })
+}
+
+fn error_response(enc: Enc, e: &IngestError) -> Response {
+    let status = e.status();
+    let msg = e.message();
+    let body = match enc {
+        Enc::Proto => RpcStatus { code: grpc_code(status), message: msg }.encode_to_vec(),
+        Enc::Json => serde_json::json!({"code": grpc_code(status), "message": msg}).to_string().into_bytes(),
+    };
+    let mut r = (status, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, content_type(enc));
+    if let Some(s) = e.retry_after() {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
+fn partial(stored: &Stored) -> Option<proto::ExportTracePartialSuccess> {
+    if stored.rejected.is_empty() {
+        return None;
+    }
+    Some(proto::ExportTracePartialSuccess {
+        rejected_spans: stored.rejected.count as i64,
+        error_message: stored.rejected.first_error.as_ref().map(|e| e.to_string()).unwrap_or_default(),
+    })
+}
+
+async fn export(State(state): State<AppState>, headers: HeaderMap, body: axum::body::Body) -> Response {
+    let ct =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    let enc = if ct.starts_with("application/x-protobuf") || ct.starts_with("application/protobuf") {
+        Enc::Proto
+    } else if ct.starts_with("application/json") {
+        Enc::Json
+    } else {
+        state
+            .metrics
+            .receiver(Receiver::OtlpHttp)
+            .requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state
+            .metrics
+            .receiver(Receiver::OtlpHttp)
+            .requests_malformed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let e = IngestError::Unsupported(format!(
+            "Content-Type {ct:?} is not supported: use application/x-protobuf or application/json"
+        ));
+        return error_response(Enc::Json, &e);
+    };
+    let admitted = match ingest::admit(&state, Receiver::OtlpHttp, &headers, body).await {
+        Ok(a) => a,
+        Err(e) => return error_response(enc, &e),
+    };
+    let proto = enc == Enc::Proto;
+    let res =
+        ingest::store_body(&state, Receiver::OtlpHttp, admitted, move |b: &[u8]| decode_http(proto, b)).await;
+    match res {
+        Ok(stored) => {
+            let resp = proto::ExportTraceServiceResponse { partial_success: partial(&stored) };
+            let body = match enc {
+                Enc::Proto => resp.encode_to_vec(),
+                Enc::Json => match &resp.partial_success {
+                    Some(p) => serde_json::json!({"partialSuccess": {
+                        "rejectedSpans": p.rejected_spans.to_string(),
+                        "errorMessage": p.error_message,
+                    }})
+                    .to_string()
+                    .into_bytes(),
+                    None => b"{}".to_vec(),
+                },
+            };
+            let mut r = (StatusCode::OK, body).into_response();
+            r.headers_mut().insert(header::CONTENT_TYPE, content_type(enc));
+            r
+        }
+        Err(e) => error_response(enc, &e),
+    }
+}
+
+/// Decodes an OTLP/HTTP body (protobuf or JSON), skipping and counting invalid spans.
+pub fn decode_http(
+    proto: bool,
+    body: &[u8],
+) -> Result<(Vec<weft_model::Span>, weft_model::codec::Rejected), weft_model::codec::CodecError> {
+    if proto { otlp::decode_proto_lenient(body) } else { otlp::decode_json_lenient(body) }
+}
+
+/// The gRPC `TraceService`.
+#[derive(Clone)]
+pub struct GrpcTraceService {
+    state: AppState,
+}
+
+#[tonic::async_trait]
+impl TraceService for GrpcTraceService {
+    async fn export(
+        &self,
+        request: tonic::Request<proto::ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<proto::ExportTraceServiceResponse>, tonic::Status> {
+        let state = self.state.clone();
+        let r = Receiver::OtlpGrpc;
+        state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let req = request.into_inner();
+        let permit = ingest::reserve(&state, r, req.encoded_len())
+            .map_err(|e| tonic::Status::resource_exhausted(e.message()))?;
+        let st = state.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            let (spans, rejected) = otlp::from_request_lenient(req);
+            let out = ingest::store_spans(&st, r, spans, rejected);
+            drop(permit);
+            out
+        })
+        .await
+        .map_err(|e| tonic::Status::internal(format!("ingest task failed: {e}")))?;
+        match res {
+            Ok(stored) => Ok(tonic::Response::new(proto::ExportTraceServiceResponse {
+                partial_success: partial(&stored),
+            })),
+            Err(e @ IngestError::Overloaded(_)) => Err(tonic::Status::unavailable(e.message())),
+            Err(e) => Err(tonic::Status::internal(e.message())),
+        }
+    }
+}
+
+/// The gRPC routes (served on the OTLP/gRPC listener).
+pub fn grpc_router(state: AppState) -> Router {
+    let svc = TraceServiceServer::new(GrpcTraceService { state: state.clone() })
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .send_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .max_decoding_message_size(state.config.max_decompressed_bytes);
+    tonic::service::Routes::new(svc).into_axum_router()
+}

@@ -1,0 +1,97 @@
+//! Configuration and the state every handler shares.
+
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use weft_store::Store;
+
+use crate::metrics::Metrics;
+
+/// Server configuration. Every listener binds 127.0.0.1 by default.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// OTLP/HTTP receiver (`POST /v1/traces`); default 127.0.0.1:4318.
+    pub otlp_http: Option<SocketAddr>,
+    /// OTLP/gRPC receiver (`TraceService/Export`); default 127.0.0.1:4317.
+    pub otlp_grpc: Option<SocketAddr>,
+    /// Zipkin v2 API (ingest and read); default 127.0.0.1:9411.
+    pub zipkin: Option<SocketAddr>,
+    /// Query APIs (Jaeger api_v3, SQL, Zipkin read), `/metrics`, UI; default 127.0.0.1:16686.
+    pub http: Option<SocketAddr>,
+    /// Largest request body accepted as sent (compressed), bytes → 413 above.
+    pub max_request_bytes: usize,
+    /// Largest request body after decompression, bytes → 413 above.
+    pub max_decompressed_bytes: usize,
+    /// Request bytes being received, decoded and stored at once; past it, 429.
+    pub max_inflight_bytes: usize,
+    /// Longest a read query may run.
+    pub query_timeout: Duration,
+    /// Rows `POST /api/sql` returns at most.
+    pub sql_max_rows: usize,
+    /// Keys `GET /api/v2/autocompleteKeys` offers (Zipkin's `AUTOCOMPLETE_KEYS`).
+    pub autocomplete_keys: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let local = |port: u16| Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        ServerConfig {
+            otlp_http: local(4318),
+            otlp_grpc: local(4317),
+            zipkin: local(9411),
+            http: local(16686),
+            max_request_bytes: 16 << 20,
+            max_decompressed_bytes: 64 << 20,
+            max_inflight_bytes: 256 << 20,
+            query_timeout: Duration::from_secs(30),
+            sql_max_rows: 10_000,
+            autocomplete_keys: vec![
+                "http.request.method".into(),
+                "http.route".into(),
+                "http.response.status_code".into(),
+                "rpc.method".into(),
+                "db.system".into(),
+            ],
+        }
+    }
+}
+
+/// What handlers share. Cloning is cheap; modules that need more state (UI caches, the
+/// control API's registry) add a field here.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// The shared parts of [`AppState`].
+pub struct Shared {
+    /// The store.
+    pub store: Store,
+    /// Counters and histograms.
+    pub metrics: Metrics,
+    /// Configuration.
+    pub config: ServerConfig,
+    /// In-flight request bytes, in KiB permits.
+    pub(crate) inflight: Arc<Semaphore>,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// State for a store and configuration.
+    pub fn new(store: Store, config: ServerConfig) -> Self {
+        let permits = (config.max_inflight_bytes / 1024).clamp(1, Semaphore::MAX_PERMITS);
+        AppState(Arc::new(Shared {
+            store,
+            metrics: Metrics::default(),
+            inflight: Arc::new(Semaphore::new(permits)),
+            config,
+        }))
+    }
+}

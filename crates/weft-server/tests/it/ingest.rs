@@ -1,0 +1,197 @@
+//! Receivers: encodings, partial success, errors, limits, overload.
+
+use prost::Message;
+use weft_model::codec::{otlp, zipkin};
+
+use crate::{TestServer, canon, gzip, spans};
+
+const PB: (&str, &str) = ("Content-Type", "application/x-protobuf");
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+
+fn stored_equal(s: &TestServer, sent: &[weft_model::Span]) {
+    let mut ids: Vec<_> = sent.iter().map(|s| s.trace_id).collect();
+    ids.sort();
+    ids.dedup();
+    for id in ids {
+        let want: Vec<_> = sent.iter().filter(|x| x.trace_id == id).cloned().collect();
+        assert_eq!(canon(s.store.trace(id).unwrap()), canon(want), "trace {id}");
+    }
+}
+
+#[test]
+fn otlp_http_protobuf_json_and_gzip_store_spans_losslessly() {
+    let s = TestServer::start();
+    let a = spans(1, 60);
+    let (st, _, body) = s.post("/v1/traces", &[PB], &otlp::encode_proto(&a));
+    assert_eq!(st, 200);
+    let resp = otlp::proto::ExportTraceServiceResponse::decode(&body[..]).unwrap();
+    assert!(resp.partial_success.is_none());
+
+    let b = spans(2, 60);
+    let (st, _, body) = s.post("/v1/traces", &[JSON], &otlp::encode_json(&b));
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(body, b"{}");
+
+    let c = spans(3, 60);
+    let (st, _, _) =
+        s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &gzip(&otlp::encode_proto(&c)));
+    assert_eq!(st, 200);
+    for set in [&a, &b, &c] {
+        stored_equal(&s, set);
+    }
+    let n = (a.len() + b.len() + c.len()) as f64;
+    assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_http\"}"), n);
+}
+
+#[test]
+fn invalid_spans_are_refused_as_partial_success_naming_the_field() {
+    let s = TestServer::start();
+    let sent = spans(4, 30);
+    let mut req = otlp::to_request(&sent);
+    req.resource_spans[0].scope_spans[0].spans[0].trace_id = vec![1, 2, 3];
+    let (st, _, body) = s.post("/v1/traces", &[PB], &req.encode_to_vec());
+    assert_eq!(st, 200);
+    let ps = otlp::proto::ExportTraceServiceResponse::decode(&body[..]).unwrap().partial_success.unwrap();
+    assert_eq!(ps.rejected_spans, 1);
+    assert!(ps.error_message.contains("trace_id"), "{}", ps.error_message);
+    assert_eq!(s.metric("weft_spans_rejected_total{receiver=\"otlp_http\"}"), 1.0);
+    assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_http\"}"), (sent.len() - 1) as f64);
+
+    // Same over JSON: the partial success comes back as JSON.
+    let mut j: serde_json::Value = serde_json::from_slice(&otlp::encode_json(&sent)).unwrap();
+    j["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "zz".into();
+    let (st, _, body) = s.post("/v1/traces", &[JSON], j.to_string().as_bytes());
+    assert_eq!(st, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["partialSuccess"]["rejectedSpans"], "1");
+    assert!(v["partialSuccess"]["errorMessage"].as_str().unwrap().contains("spanId"), "{v}");
+}
+
+#[test]
+fn malformed_bodies_get_400_naming_where() {
+    let s = TestServer::start();
+    let (st, _, body) = s.post("/v1/traces", &[PB], &[0x0a, 0xff, 0xff, 0x01]);
+    assert_eq!(st, 400);
+    let status = String::from_utf8_lossy(&body).to_string();
+    assert!(status.contains("OTLP protobuf"), "{status}");
+    let (st, _, body) = s.post("/v1/traces", &[JSON], b"{\"resourceSpans\": [ {\"scopeSpans\": 7} ]}");
+    assert_eq!(st, 400);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let msg = v["message"].as_str().unwrap();
+    assert!(msg.contains("scopeSpans"), "{msg}");
+    let (st, _, _) = s.post("/v1/traces", &[("Content-Type", "text/plain")], b"hello");
+    assert_eq!(st, 415);
+    let (st, _, _) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], b"not gzip");
+    assert_eq!(st, 400);
+    let (st, _, _) = s.post("/v1/traces", &[PB, ("Content-Encoding", "br")], b"x");
+    assert_eq!(st, 415);
+    assert_eq!(s.metric("weft_requests_malformed_total{receiver=\"otlp_http\"}"), 5.0);
+    // Zipkin JSON errors name the position.
+    let (st, _, body) = s.post("/api/v2/spans", &[JSON], b"[{\"traceId\": \"xyz\", \"id\": \"1\"}]");
+    assert_eq!(st, 400);
+    assert!(String::from_utf8_lossy(&body).contains("traceId"), "{}", String::from_utf8_lossy(&body));
+}
+
+#[test]
+fn oversized_bodies_get_413() {
+    let s = TestServer::with(|_, c| {
+        c.max_request_bytes = 4096;
+        c.max_decompressed_bytes = 8192;
+    });
+    let big = otlp::encode_proto(&spans(5, 200));
+    assert!(big.len() > 8192);
+    let (st, _, _) = s.post("/v1/traces", &[PB], &big);
+    assert_eq!(st, 413);
+    // Small on the wire, too big once inflated.
+    let z = gzip(&big);
+    assert!(z.len() < 4096, "{}", z.len());
+    let (st, _, _) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &z);
+    assert_eq!(st, 413);
+    assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"otlp_http\"}"), 2.0);
+    assert_eq!(s.store.stats().buffer_spans, 0);
+}
+
+#[test]
+fn overload_answers_429_or_503_with_retry_after_and_counts() {
+    // Too many bytes in flight: refused before reading.
+    let s = TestServer::with(|_, c| c.max_inflight_bytes = 1024);
+    let body = otlp::encode_proto(&spans(6, 50));
+    let (st, retry, _) = s.post("/v1/traces", &[PB], &body);
+    assert_eq!((st, retry.as_deref()), (429, Some("1")));
+    assert_eq!(s.metric("weft_requests_throttled_total{receiver=\"otlp_http\"}"), 1.0);
+    drop(s);
+
+    // The store's buffer is full and not flushing: 503, spans counted as dropped.
+    let s = TestServer::with(|sc, _| {
+        sc.flush_bytes = usize::MAX;
+        sc.max_buffer_bytes = 64 << 10;
+    });
+    let batch = spans(7, 200);
+    let body = otlp::encode_proto(&batch);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let (st, retry, _) = s.post("/v1/traces", &[PB], &body);
+        if st == 503 {
+            assert_eq!(retry.as_deref(), Some("2"));
+        }
+        statuses.push(st);
+    }
+    assert_eq!(statuses[0], 200);
+    assert!(statuses.contains(&503), "{statuses:?}");
+    let dropped = statuses.iter().filter(|&&x| x == 503).count() * batch.len();
+    assert_eq!(
+        s.metric("weft_spans_dropped_total{receiver=\"otlp_http\",reason=\"overloaded\"}"),
+        dropped as f64
+    );
+    // Zipkin gets the same treatment.
+    let (st, retry, _) = s.post("/api/v2/spans", &[JSON], &zipkin::encode_v2_json(&batch));
+    assert_eq!((st, retry.as_deref()), (503, Some("2")));
+}
+
+#[test]
+fn grpc_export_with_partial_success() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let s = TestServer::start();
+    let sent = spans(8, 80);
+    let addr = format!("http://{}", s.grpc);
+    let mut req = otlp::to_request(&sent);
+    req.resource_spans[0].scope_spans[0].spans[1].span_id = vec![0; 8];
+    let resp =
+        s.rt.block_on(async {
+            let mut c = TraceServiceClient::connect(addr).await.unwrap();
+            c.export(req).await
+        })
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.partial_success.unwrap().rejected_spans, 1);
+    let kept: Vec<_> = sent
+        .iter()
+        .filter(|x| x.span_id != sent[1].span_id || x.trace_id != sent[1].trace_id)
+        .cloned()
+        .collect();
+    stored_equal(&s, &kept);
+    assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_grpc\"}"), kept.len() as f64);
+}
+
+#[test]
+fn zipkin_json_and_proto3_are_accepted() {
+    let s = TestServer::start();
+    let a = spans(9, 40);
+    let (st, _, _) = s.post("/api/v2/spans", &[JSON], &zipkin::encode_v2_json(&a));
+    assert_eq!(st, 202);
+    let b = spans(10, 40);
+    let (st, _, _) =
+        s.post("/api/v2/spans", &[PB, ("Content-Encoding", "gzip")], &gzip(&zipkin::encode_v2_proto(&b)));
+    assert_eq!(st, 202);
+    // Zipkin carries less than OTLP: compare with what a Zipkin round trip keeps.
+    for set in [&a, &b] {
+        let via = zipkin::decode_v2_json(&zipkin::encode_v2_json(set)).unwrap();
+        for t in &via {
+            let got = s.store.trace(t.trace_id).unwrap();
+            assert!(
+                got.iter().any(|g| g.span_id == t.span_id && g.name == t.name && g.start_ns == t.start_ns)
+            );
+        }
+    }
+    assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"zipkin\"}"), (a.len() + b.len()) as f64);
+}

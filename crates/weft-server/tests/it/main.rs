@@ -1,0 +1,131 @@
+//! weft-server integration tests: a real server on loopback ports, a real store in a temp dir,
+//! real HTTP (ureq) and gRPC (tonic) clients. One binary, so DataFusion links once.
+
+mod ingest;
+mod params;
+mod reads;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use weft_server::{AppState, Running, ServerConfig};
+use weft_store::{FsyncPolicy, Store, StoreConfig};
+
+pub struct TestServer {
+    pub rt: tokio::runtime::Runtime,
+    pub running: Option<Running>,
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub store: Store,
+    pub agent: ureq::Agent,
+    _dir: tempfile::TempDir,
+}
+
+pub fn loopback0() -> Option<SocketAddr> {
+    Some(SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+impl TestServer {
+    pub fn start() -> TestServer {
+        Self::with(|_, _| {})
+    }
+
+    pub fn with(tweak: impl FnOnce(&mut StoreConfig, &mut ServerConfig)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sc = StoreConfig::new(dir.path());
+        sc.fsync = FsyncPolicy::Never;
+        sc.flush_interval = Duration::from_secs(3600);
+        sc.maintenance_interval = Duration::from_secs(3600);
+        sc.query_memory_bytes = 256 << 20;
+        let mut cfg = ServerConfig {
+            otlp_http: loopback0(),
+            otlp_grpc: loopback0(),
+            zipkin: None,
+            http: None,
+            ..ServerConfig::default()
+        };
+        tweak(&mut sc, &mut cfg);
+        let store = Store::open(sc).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let running = rt.block_on(weft_server::start(AppState::new(store.clone(), cfg))).unwrap();
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        TestServer {
+            http: running.otlp_http.unwrap(),
+            grpc: running.otlp_grpc.unwrap(),
+            running: Some(running),
+            rt,
+            store,
+            agent,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.running.as_ref().unwrap().state
+    }
+
+    /// GET → (status, body).
+    pub fn get(&self, path: &str) -> (u16, String) {
+        let mut r = self.agent.get(&self.url(path)).call().unwrap();
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_string().unwrap())
+    }
+
+    /// GET → JSON (asserting 200).
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        let (s, b) = self.get(path);
+        assert_eq!(s, 200, "GET {path}: {b}");
+        serde_json::from_str(&b).unwrap_or_else(|e| panic!("GET {path}: {e}: {b}"))
+    }
+
+    /// POST → (status, headers of interest, body bytes).
+    pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Option<String>, Vec<u8>) {
+        let mut req = self.agent.post(&self.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let mut r = req.send(body).unwrap();
+        let status = r.status().as_u16();
+        let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        (status, retry, r.body_mut().read_to_vec().unwrap())
+    }
+
+    pub fn metric(&self, line_prefix: &str) -> f64 {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find(|l| l.starts_with(line_prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {line_prefix} missing"))
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(r) = self.running.take() {
+            self.rt.block_on(r.shutdown());
+        }
+    }
+}
+
+/// Realistic spans (whole traces) at a recent time.
+pub fn spans(seed: u64, n: usize) -> Vec<weft_model::Span> {
+    let start = weft_model::time::now_unix_nanos() - 600_000_000_000;
+    weft_store::synth::Synth::new(seed, start, 5_000_000).spans(n)
+}
+
+pub fn canon(mut v: Vec<weft_model::Span>) -> Vec<weft_model::Span> {
+    v.sort_by_key(|s| (s.trace_id, s.start_ns, s.span_id));
+    v
+}
+
+pub fn gzip(b: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(b).unwrap();
+    e.finish().unwrap()
+}

@@ -1,0 +1,229 @@
+//! Attributes in columns: a `Map<Utf8, Utf8>` of text values (what SQL sees:
+//! `attributes['http.method'] = 'GET'`) plus a type string with one character per entry, in
+//! map order, that restores the typed [`Value`] when spans are read back.
+//!
+//! | tag | type | text in the map |
+//! |---|---|---|
+//! | `s` | string | the string |
+//! | `i` | int | decimal |
+//! | `d` | double | shortest round-trip decimal (`NaN`, `inf`, `-inf` as Rust prints them) |
+//! | `b` | bool | `true` / `false` |
+//! | `x` | bytes | lower-case hex |
+//! | `a` | array | JSON |
+//! | `m` | map (OTLP kvlist) | JSON object |
+//! | `e` | empty | empty string |
+//!
+//! Type strings are highly repetitive (spans of one kind carry the same attribute shapes), so
+//! Parquet's dictionary encoding stores them in well under a byte per span.
+//!
+//! Known losses, all inside arrays and maps only: bytes become arrays of numbers, non-finite
+//! floats become strings, and the keys of a nested map come back sorted.
+
+use datafusion::arrow::array::{Array, MapArray, MapBuilder, StringArray, StringBuilder};
+use weft_model::{Attributes, KeyValue, Value};
+
+use crate::error::StoreError;
+
+/// Builder for one attribute map column plus its type column.
+pub(crate) struct AttrColumns {
+    pub map: MapBuilder<StringBuilder, StringBuilder>,
+    pub types: StringBuilder,
+    text: String,
+    tags: String,
+}
+
+impl AttrColumns {
+    pub fn with_capacity(rows: usize) -> Self {
+        AttrColumns {
+            map: MapBuilder::with_capacity(
+                Some(crate::schema::map_field_names()),
+                StringBuilder::new(),
+                StringBuilder::new(),
+                rows,
+            ),
+            types: StringBuilder::with_capacity(rows, rows * 4),
+            text: String::new(),
+            tags: String::new(),
+        }
+    }
+
+    /// Appends one row.
+    pub fn append(&mut self, attrs: &Attributes) {
+        self.tags.clear();
+        for kv in attrs.iter() {
+            self.map.keys().append_value(&kv.key);
+            self.tags.push(encode_value(&kv.value, &mut self.text));
+            self.map.values().append_value(&self.text);
+        }
+        // MapBuilder::append only fails when keys and values differ in length, which the loop
+        // above rules out.
+        let _ = self.map.append(true);
+        self.types.append_value(&self.tags);
+    }
+}
+
+/// Writes the text form of `v` into `out` (cleared first) and returns its type tag.
+pub(crate) fn encode_value(v: &Value, out: &mut String) -> char {
+    use std::fmt::Write;
+    out.clear();
+    match v {
+        Value::Str(s) => {
+            out.push_str(s);
+            's'
+        }
+        Value::I64(i) => {
+            let _ = write!(out, "{i}");
+            'i'
+        }
+        Value::F64(f) => {
+            let _ = write!(out, "{f}");
+            'd'
+        }
+        Value::Bool(b) => {
+            out.push_str(if *b { "true" } else { "false" });
+            'b'
+        }
+        Value::Bytes(b) => {
+            out.push_str(&hex::encode(b));
+            'x'
+        }
+        Value::Array(_) => {
+            out.push_str(&v.to_json().to_string());
+            'a'
+        }
+        Value::Map(_) => {
+            out.push_str(&v.to_json().to_string());
+            'm'
+        }
+        Value::Empty => 'e',
+    }
+}
+
+/// Inverse of [`encode_value`].
+pub(crate) fn decode_value(tag: char, text: &str) -> Result<Value, String> {
+    Ok(match tag {
+        's' => Value::Str(text.to_owned()),
+        'i' => Value::I64(text.parse().map_err(|e| format!("int attribute {text:?}: {e}"))?),
+        'd' => Value::F64(text.parse().map_err(|e| format!("double attribute {text:?}: {e}"))?),
+        'b' => match text {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(format!("bool attribute {text:?}")),
+        },
+        'x' => Value::Bytes(hex::decode(text).map_err(|e| format!("bytes attribute {text:?}: {e}"))?),
+        'a' | 'm' => {
+            let j: serde_json::Value =
+                serde_json::from_str(text).map_err(|e| format!("array/map attribute {text:?}: {e}"))?;
+            from_json(j)
+        }
+        'e' => Value::Empty,
+        other => return Err(format!("unknown attribute type tag {other:?}")),
+    })
+}
+
+fn from_json(j: serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match j {
+        J::Null => Value::Empty,
+        J::Bool(b) => Value::Bool(b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => Value::I64(i),
+            None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::Str(s),
+        J::Array(a) => Value::Array(a.into_iter().map(from_json).collect()),
+        J::Object(o) => {
+            Value::Map(o.into_iter().map(|(k, v)| KeyValue { key: k, value: from_json(v) }).collect())
+        }
+    }
+}
+
+/// Reads row `row` of a map column plus its type column back into attributes.
+pub(crate) fn read_attrs(
+    map: &MapArray,
+    types: &StringArray,
+    row: usize,
+    what: &str,
+) -> Result<Attributes, StoreError> {
+    if map.is_null(row) {
+        return Ok(Attributes::new());
+    }
+    let offsets = map.value_offsets();
+    let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
+    let keys = map
+        .keys()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| StoreError::Decode(format!("{what}: map keys are not strings")))?;
+    let values = map
+        .values()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| StoreError::Decode(format!("{what}: map values are not strings")))?;
+    let tags = if types.is_null(row) { "" } else { types.value(row) };
+    let mut tag_iter = tags.chars();
+    let mut out = Vec::with_capacity(end - start);
+    for i in start..end {
+        let key = keys.value(i).to_owned();
+        let tag = tag_iter.next().unwrap_or('s');
+        let text = if values.is_null(i) { "" } else { values.value(i) };
+        let value =
+            decode_value(tag, text).map_err(|e| StoreError::Decode(format!("{what} {key:?}: {e}")))?;
+        out.push(KeyValue { key, value });
+    }
+    Ok(Attributes(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt(v: Value) -> Value {
+        let mut s = String::new();
+        let tag = encode_value(&v, &mut s);
+        decode_value(tag, &s).unwrap()
+    }
+
+    #[test]
+    fn scalar_values_round_trip() {
+        for v in [
+            Value::Str("héllo, 'world'".into()),
+            Value::Str(String::new()),
+            Value::I64(i64::MIN),
+            Value::I64(42),
+            Value::F64(0.1),
+            Value::F64(-0.0),
+            Value::F64(1e300),
+            Value::F64(f64::INFINITY),
+            Value::Bool(true),
+            Value::Bytes(vec![0, 1, 0xff]),
+            Value::Empty,
+            Value::Array(vec![Value::I64(1), Value::Str("a".into()), Value::F64(1.5), Value::Bool(false)]),
+            Value::Map(vec![KeyValue::new("a", 1i64), KeyValue::new("b", "x")]),
+        ] {
+            assert_eq!(rt(v.clone()), v);
+        }
+        let Value::F64(n) = rt(Value::F64(f64::NAN)) else { panic!() };
+        assert!(n.is_nan());
+    }
+
+    #[test]
+    fn bad_text_is_an_error_not_a_panic() {
+        assert!(decode_value('i', "x").is_err());
+        assert!(decode_value('b', "yes").is_err());
+        assert!(decode_value('x', "zz").is_err());
+        assert!(decode_value('a', "[").is_err());
+        assert!(decode_value('?', "").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_scalar_round_trips(s in ".*", i: i64, f in proptest::num::f64::NORMAL, b: bool, bytes: Vec<u8>) {
+            proptest::prop_assert_eq!(rt(Value::Str(s.clone())), Value::Str(s));
+            proptest::prop_assert_eq!(rt(Value::I64(i)), Value::I64(i));
+            proptest::prop_assert_eq!(rt(Value::F64(f)), Value::F64(f));
+            proptest::prop_assert_eq!(rt(Value::Bool(b)), Value::Bool(b));
+            proptest::prop_assert_eq!(rt(Value::Bytes(bytes.clone())), Value::Bytes(bytes));
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! Spans and events to Arrow record batches (the schema in [`crate::schema`]) and back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeBinaryBuilder, Int64Array, MapArray, RecordBatch,
+    StringArray, StringBuilder, TimestampNanosecondArray, UInt32Array, UInt32Builder, UInt64Array,
+};
+use weft_model::{
+    Attributes, Event, Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Status,
+    StatusCode, TraceId, Value,
+};
+
+use crate::attrs::{AttrColumns, read_attrs};
+use crate::error::{Result, StoreError};
+use crate::schema;
+
+/// The three batches one group of spans becomes.
+#[derive(Debug, Clone)]
+pub struct SpanBatches {
+    /// Rows of `spans`.
+    pub spans: RecordBatch,
+    /// Rows of `span_events`.
+    pub events: RecordBatch,
+    /// Rows of `span_links`.
+    pub links: RecordBatch,
+}
+
+fn ts_array(v: Vec<i64>) -> ArrayRef {
+    Arc::new(TimestampNanosecondArray::from(v).with_timezone("UTC"))
+}
+
+fn fsb(capacity: usize, width: i32) -> FixedSizeBinaryBuilder {
+    FixedSizeBinaryBuilder::with_capacity(capacity, width)
+}
+
+/// Converts spans to record batches of `spans`, `span_events` and `span_links`.
+pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
+    let n = spans.len();
+    let mut trace_id = fsb(n, 16);
+    let mut span_id = fsb(n, 8);
+    let mut parent = fsb(n, 8);
+    let mut trace_state = StringBuilder::with_capacity(n, 0);
+    let mut flags = UInt32Builder::with_capacity(n);
+    let mut name = StringBuilder::with_capacity(n, n * 16);
+    let mut kind = StringBuilder::with_capacity(n, n * 6);
+    let mut start = Vec::with_capacity(n);
+    let mut duration = Vec::with_capacity(n);
+    let mut status_code = StringBuilder::with_capacity(n, n * 5);
+    let mut status_msg = StringBuilder::with_capacity(n, 0);
+    let mut service = StringBuilder::with_capacity(n, n * 8);
+    let mut attrs = AttrColumns::with_capacity(n);
+    let mut dropped_attrs = UInt32Builder::with_capacity(n);
+    let mut dropped_events = UInt32Builder::with_capacity(n);
+    let mut dropped_links = UInt32Builder::with_capacity(n);
+    let mut res_attrs = AttrColumns::with_capacity(n);
+    let mut res_dropped = UInt32Builder::with_capacity(n);
+    let mut res_schema = StringBuilder::with_capacity(n, 0);
+    let mut scope_name = StringBuilder::with_capacity(n, n * 8);
+    let mut scope_version = StringBuilder::with_capacity(n, n * 4);
+    let mut scope_attrs = AttrColumns::with_capacity(n);
+    let mut scope_dropped = UInt32Builder::with_capacity(n);
+    let mut scope_schema = StringBuilder::with_capacity(n, 0);
+
+    let n_events: usize = spans.iter().map(|s| s.events.len()).sum();
+    let mut ev_trace = fsb(n_events, 16);
+    let mut ev_span = fsb(n_events, 8);
+    let mut ev_time = Vec::with_capacity(n_events);
+    let mut ev_name = StringBuilder::with_capacity(n_events, n_events * 8);
+    let mut ev_attrs = AttrColumns::with_capacity(n_events);
+    let mut ev_dropped = UInt32Builder::with_capacity(n_events);
+
+    let n_links: usize = spans.iter().map(|s| s.links.len()).sum();
+    let mut ln_trace = fsb(n_links, 16);
+    let mut ln_span = fsb(n_links, 8);
+    let mut ln_ltrace = fsb(n_links, 16);
+    let mut ln_lspan = fsb(n_links, 8);
+    let mut ln_state = StringBuilder::with_capacity(n_links, 0);
+    let mut ln_flags = UInt32Builder::with_capacity(n_links);
+    let mut ln_rel = StringBuilder::with_capacity(n_links, n_links * 8);
+    let mut ln_attrs = AttrColumns::with_capacity(n_links);
+    let mut ln_dropped = UInt32Builder::with_capacity(n_links);
+
+    // Consecutive spans usually share their resource and scope (`Arc`s from one decoded
+    // request): encode the attribute maps once and repeat the row cheaply.
+    for s in spans {
+        trace_id.append_value(s.trace_id.0)?;
+        span_id.append_value(s.span_id.0)?;
+        match s.parent_span_id {
+            Some(p) => parent.append_value(p.0)?,
+            None => parent.append_null(),
+        }
+        trace_state.append_value(&s.trace_state);
+        flags.append_value(s.flags);
+        name.append_value(&s.name);
+        kind.append_value(s.kind.as_str());
+        start.push(s.start_ns as i64);
+        duration.push(s.end_ns.wrapping_sub(s.start_ns) as i64);
+        status_code.append_value(s.status.code.as_str());
+        status_msg.append_value(&s.status.message);
+        service.append_value(s.resource.service_name());
+        attrs.append(&s.attributes);
+        dropped_attrs.append_value(s.dropped_attributes_count);
+        dropped_events.append_value(s.dropped_events_count);
+        dropped_links.append_value(s.dropped_links_count);
+        res_attrs.append(&s.resource.attributes);
+        res_dropped.append_value(s.resource.dropped_attributes_count);
+        res_schema.append_value(&s.resource.schema_url);
+        scope_name.append_value(&s.scope.name);
+        scope_version.append_value(&s.scope.version);
+        scope_attrs.append(&s.scope.attributes);
+        scope_dropped.append_value(s.scope.dropped_attributes_count);
+        scope_schema.append_value(&s.scope.schema_url);
+
+        for e in &s.events {
+            ev_trace.append_value(s.trace_id.0)?;
+            ev_span.append_value(s.span_id.0)?;
+            ev_time.push(e.time_ns as i64);
+            ev_name.append_value(&e.name);
+            ev_attrs.append(&e.attributes);
+            ev_dropped.append_value(e.dropped_attributes_count);
+        }
+        for l in &s.links {
+            ln_trace.append_value(s.trace_id.0)?;
+            ln_span.append_value(s.span_id.0)?;
+            ln_ltrace.append_value(l.trace_id.0)?;
+            ln_lspan.append_value(l.span_id.0)?;
+            ln_state.append_value(&l.trace_state);
+            ln_flags.append_value(l.flags);
+            ln_rel.append_value(l.relation.as_str());
+            ln_attrs.append(&l.attributes);
+            ln_dropped.append_value(l.dropped_attributes_count);
+        }
+    }
+
+    let spans_batch = RecordBatch::try_new(
+        schema::spans_schema(),
+        vec![
+            Arc::new(trace_id.finish()),
+            Arc::new(span_id.finish()),
+            Arc::new(parent.finish()),
+            Arc::new(trace_state.finish()),
+            Arc::new(flags.finish()),
+            Arc::new(name.finish()),
+            Arc::new(kind.finish()),
+            ts_array(start),
+            Arc::new(Int64Array::from(duration)),
+            Arc::new(status_code.finish()),
+            Arc::new(status_msg.finish()),
+            Arc::new(service.finish()),
+            Arc::new(attrs.map.finish()),
+            Arc::new(attrs.types.finish()),
+            Arc::new(dropped_attrs.finish()),
+            Arc::new(dropped_events.finish()),
+            Arc::new(dropped_links.finish()),
+            Arc::new(res_attrs.map.finish()),
+            Arc::new(res_attrs.types.finish()),
+            Arc::new(res_dropped.finish()),
+            Arc::new(res_schema.finish()),
+            Arc::new(scope_name.finish()),
+            Arc::new(scope_version.finish()),
+            Arc::new(scope_attrs.map.finish()),
+            Arc::new(scope_attrs.types.finish()),
+            Arc::new(scope_dropped.finish()),
+            Arc::new(scope_schema.finish()),
+        ],
+    )?;
+    let events_batch = RecordBatch::try_new(
+        schema::span_events_schema(),
+        vec![
+            Arc::new(ev_trace.finish()),
+            Arc::new(ev_span.finish()),
+            ts_array(ev_time),
+            Arc::new(ev_name.finish()),
+            Arc::new(ev_attrs.map.finish()),
+            Arc::new(ev_attrs.types.finish()),
+            Arc::new(ev_dropped.finish()),
+        ],
+    )?;
+    let links_batch = RecordBatch::try_new(
+        schema::span_links_schema(),
+        vec![
+            Arc::new(ln_trace.finish()),
+            Arc::new(ln_span.finish()),
+            Arc::new(ln_ltrace.finish()),
+            Arc::new(ln_lspan.finish()),
+            Arc::new(ln_state.finish()),
+            Arc::new(ln_flags.finish()),
+            Arc::new(ln_rel.finish()),
+            Arc::new(ln_attrs.map.finish()),
+            Arc::new(ln_attrs.types.finish()),
+            Arc::new(ln_dropped.finish()),
+        ],
+    )?;
+    Ok(SpanBatches { spans: spans_batch, events: events_batch, links: links_batch })
+}
+
+/// Converts raw events to a batch of the `events` table.
+pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
+    let n = events.len();
+    let mut time = Vec::with_capacity(n);
+    let mut raw = Vec::with_capacity(n);
+    let mut source = UInt32Builder::with_capacity(n);
+    let mut component = StringBuilder::with_capacity(n, n * 4);
+    let mut ty = StringBuilder::with_capacity(n, n * 10);
+    let mut cpu = UInt32Builder::with_capacity(n);
+    let mut pid = UInt32Builder::with_capacity(n);
+    let mut tid = UInt32Builder::with_capacity(n);
+    let mut fields = AttrColumns::with_capacity(n);
+    for e in events {
+        time.push(e.time_ns as i64);
+        raw.push(e.raw_time);
+        source.append_value(e.source.0);
+        component.append_option(e.component().map(|c| c.as_str()));
+        ty.append_value(e.type_name());
+        let f = e.fields();
+        let small = |k: &str| match f.get(k) {
+            Some(Value::I64(v)) => u32::try_from(*v).ok(),
+            _ => None,
+        };
+        cpu.append_option(small("cpu"));
+        pid.append_option(small("pid"));
+        tid.append_option(small("tid"));
+        fields.append(&f);
+    }
+    Ok(RecordBatch::try_new(
+        schema::events_schema(),
+        vec![
+            ts_array(time),
+            Arc::new(UInt64Array::from(raw)),
+            Arc::new(source.finish()),
+            Arc::new(component.finish()),
+            Arc::new(ty.finish()),
+            Arc::new(cpu.finish()),
+            Arc::new(pid.finish()),
+            Arc::new(tid.finish()),
+            Arc::new(fields.map.finish()),
+            Arc::new(fields.types.finish()),
+        ],
+    )?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading back.
+
+/// Typed access to a batch's columns by name, with errors naming the column.
+pub(crate) struct Cols<'a> {
+    batch: &'a RecordBatch,
+    table: &'static str,
+}
+
+impl<'a> Cols<'a> {
+    pub fn new(batch: &'a RecordBatch, table: &'static str) -> Self {
+        Cols { batch, table }
+    }
+    fn col(&self, name: &str) -> Result<&'a ArrayRef> {
+        self.batch
+            .column_by_name(name)
+            .ok_or_else(|| StoreError::Decode(format!("{}: missing column {name}", self.table)))
+    }
+    pub fn get<T: 'static>(&self, name: &str) -> Result<&'a T> {
+        self.col(name)?.as_any().downcast_ref::<T>().ok_or_else(|| {
+            StoreError::Decode(format!("{}: column {name} has an unexpected type", self.table))
+        })
+    }
+    pub fn fsb(&self, name: &str, width: i32) -> Result<&'a FixedSizeBinaryArray> {
+        let a = self.get::<FixedSizeBinaryArray>(name)?;
+        if a.value_length() != width {
+            return Err(StoreError::Decode(format!(
+                "{}: column {name} is not {width} bytes wide",
+                self.table
+            )));
+        }
+        Ok(a)
+    }
+}
+
+pub(crate) fn trace_id_at(a: &FixedSizeBinaryArray, i: usize) -> TraceId {
+    let mut b = [0u8; 16];
+    b.copy_from_slice(a.value(i));
+    TraceId(b)
+}
+
+pub(crate) fn span_id_at(a: &FixedSizeBinaryArray, i: usize) -> SpanId {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(a.value(i));
+    SpanId(b)
+}
+
+fn str_at(a: &StringArray, i: usize) -> &str {
+    if a.is_null(i) { "" } else { a.value(i) }
+}
+
+fn status_code(s: &str) -> StatusCode {
+    match s {
+        "ok" => StatusCode::Ok,
+        "error" => StatusCode::Error,
+        _ => StatusCode::Unset,
+    }
+}
+
+type SpanKey = (TraceId, SpanId);
+
+/// Rebuilds spans from batches of the three span tables. Events and links are attached to
+/// their span by (trace id, span id) in their stored order; spans come out in batch order.
+pub fn batches_to_spans(
+    spans: &[RecordBatch],
+    events: &[RecordBatch],
+    links: &[RecordBatch],
+) -> Result<Vec<Span>> {
+    let mut ev_by_span: HashMap<SpanKey, Vec<SpanEvent>> = HashMap::new();
+    for b in events {
+        let c = Cols::new(b, schema::SPAN_EVENTS);
+        let (tr, sp) = (c.fsb("trace_id", 16)?, c.fsb("span_id", 8)?);
+        let time = c.get::<TimestampNanosecondArray>("time")?;
+        let name = c.get::<StringArray>("name")?;
+        let attrs = c.get::<MapArray>("attributes")?;
+        let types = c.get::<StringArray>("attribute_types")?;
+        let dropped = c.get::<UInt32Array>("dropped_attributes_count")?;
+        for i in 0..b.num_rows() {
+            ev_by_span.entry((trace_id_at(tr, i), span_id_at(sp, i))).or_default().push(SpanEvent {
+                time_ns: time.value(i) as u64,
+                name: str_at(name, i).to_owned(),
+                attributes: read_attrs(attrs, types, i, "span event attribute")?,
+                dropped_attributes_count: dropped.value(i),
+            });
+        }
+    }
+    let mut ln_by_span: HashMap<SpanKey, Vec<Link>> = HashMap::new();
+    for b in links {
+        let c = Cols::new(b, schema::SPAN_LINKS);
+        let (tr, sp) = (c.fsb("trace_id", 16)?, c.fsb("span_id", 8)?);
+        let (ltr, lsp) = (c.fsb("linked_trace_id", 16)?, c.fsb("linked_span_id", 8)?);
+        let state = c.get::<StringArray>("trace_state")?;
+        let flags = c.get::<UInt32Array>("flags")?;
+        let rel = c.get::<StringArray>("relation")?;
+        let attrs = c.get::<MapArray>("attributes")?;
+        let types = c.get::<StringArray>("attribute_types")?;
+        let dropped = c.get::<UInt32Array>("dropped_attributes_count")?;
+        for i in 0..b.num_rows() {
+            ln_by_span.entry((trace_id_at(tr, i), span_id_at(sp, i))).or_default().push(Link {
+                trace_id: trace_id_at(ltr, i),
+                span_id: span_id_at(lsp, i),
+                trace_state: str_at(state, i).to_owned(),
+                relation: LinkRelation::parse(str_at(rel, i)),
+                attributes: read_attrs(attrs, types, i, "span link attribute")?,
+                dropped_attributes_count: dropped.value(i),
+                flags: flags.value(i),
+            });
+        }
+    }
+
+    let mut out = Vec::with_capacity(spans.iter().map(|b| b.num_rows()).sum());
+    // Resources and scopes repeat across spans: share one `Arc` per distinct value.
+    let mut resources: Vec<Arc<Resource>> = Vec::new();
+    let mut scopes: Vec<Arc<Scope>> = Vec::new();
+    for b in spans {
+        let c = Cols::new(b, schema::SPANS);
+        let tr = c.fsb("trace_id", 16)?;
+        let sp = c.fsb("span_id", 8)?;
+        let parent = c.fsb("parent_span_id", 8)?;
+        let trace_state = c.get::<StringArray>("trace_state")?;
+        let flags = c.get::<UInt32Array>("flags")?;
+        let name = c.get::<StringArray>("name")?;
+        let kind = c.get::<StringArray>("kind")?;
+        let start = c.get::<TimestampNanosecondArray>("start_time")?;
+        let dur = c.get::<Int64Array>("duration_ns")?;
+        let scode = c.get::<StringArray>("status_code")?;
+        let smsg = c.get::<StringArray>("status_message")?;
+        let attrs = c.get::<MapArray>("attributes")?;
+        let types = c.get::<StringArray>("attribute_types")?;
+        let d_attrs = c.get::<UInt32Array>("dropped_attributes_count")?;
+        let d_events = c.get::<UInt32Array>("dropped_events_count")?;
+        let d_links = c.get::<UInt32Array>("dropped_links_count")?;
+        let r_attrs = c.get::<MapArray>("resource_attributes")?;
+        let r_types = c.get::<StringArray>("resource_attribute_types")?;
+        let r_dropped = c.get::<UInt32Array>("resource_dropped_attributes_count")?;
+        let r_schema = c.get::<StringArray>("resource_schema_url")?;
+        let sc_name = c.get::<StringArray>("scope_name")?;
+        let sc_version = c.get::<StringArray>("scope_version")?;
+        let sc_attrs = c.get::<MapArray>("scope_attributes")?;
+        let sc_types = c.get::<StringArray>("scope_attribute_types")?;
+        let sc_dropped = c.get::<UInt32Array>("scope_dropped_attributes_count")?;
+        let sc_schema = c.get::<StringArray>("scope_schema_url")?;
+        for i in 0..b.num_rows() {
+            let trace_id = trace_id_at(tr, i);
+            let span_id = span_id_at(sp, i);
+            let resource = Resource {
+                attributes: read_attrs(r_attrs, r_types, i, "resource attribute")?,
+                dropped_attributes_count: r_dropped.value(i),
+                schema_url: str_at(r_schema, i).to_owned(),
+            };
+            let resource = intern(&mut resources, resource);
+            let scope = Scope {
+                name: str_at(sc_name, i).to_owned(),
+                version: str_at(sc_version, i).to_owned(),
+                attributes: read_attrs(sc_attrs, sc_types, i, "scope attribute")?,
+                dropped_attributes_count: sc_dropped.value(i),
+                schema_url: str_at(sc_schema, i).to_owned(),
+            };
+            let scope = intern(&mut scopes, scope);
+            let start_ns = start.value(i) as u64;
+            let key = (trace_id, span_id);
+            out.push(Span {
+                trace_id,
+                span_id,
+                parent_span_id: if parent.is_null(i) { None } else { Some(span_id_at(parent, i)) },
+                trace_state: str_at(trace_state, i).to_owned(),
+                flags: flags.value(i),
+                name: str_at(name, i).to_owned(),
+                kind: SpanKind::parse(str_at(kind, i)).unwrap_or_default(),
+                start_ns,
+                end_ns: start_ns.wrapping_add(dur.value(i) as u64),
+                status: Status { code: status_code(str_at(scode, i)), message: str_at(smsg, i).to_owned() },
+                attributes: read_attrs(attrs, types, i, "span attribute")?,
+                events: ev_by_span.remove(&key).unwrap_or_default(),
+                links: ln_by_span.remove(&key).unwrap_or_default(),
+                resource,
+                scope,
+                dropped_attributes_count: d_attrs.value(i),
+                dropped_events_count: d_events.value(i),
+                dropped_links_count: d_links.value(i),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Returns a shared `Arc` equal to `v`, reusing a recent one (resources and scopes repeat).
+fn intern<T: PartialEq>(cache: &mut Vec<Arc<T>>, v: T) -> Arc<T> {
+    if let Some(a) = cache.iter().rev().find(|a| ***a == v) {
+        return a.clone();
+    }
+    let a = Arc::new(v);
+    if cache.len() >= 64 {
+        cache.remove(0);
+    }
+    cache.push(a.clone());
+    a
+}
+
+/// Keeps only the rows of `batch` whose `trace_id` column equals `id`.
+pub(crate) fn filter_trace(batch: &RecordBatch, id: &TraceId) -> Result<Option<RecordBatch>> {
+    let Some(col) = batch.column_by_name("trace_id") else {
+        return Err(StoreError::Decode("batch without a trace_id column".into()));
+    };
+    let Some(ids) = col.as_any().downcast_ref::<FixedSizeBinaryArray>() else {
+        return Err(StoreError::Decode("trace_id column is not FixedSizeBinary".into()));
+    };
+    if ids.value_length() != 16 {
+        return Err(StoreError::Decode("trace_id column is not 16 bytes wide".into()));
+    }
+    let mask: datafusion::arrow::array::BooleanArray =
+        (0..ids.len()).map(|i| Some(!ids.is_null(i) && ids.value(i) == id.0)).collect();
+    if mask.true_count() == 0 {
+        return Ok(None);
+    }
+    Ok(Some(datafusion::arrow::compute::filter_record_batch(batch, &mask)?))
+}
+
+/// Attributes helper for tests and callers that build spans.
+pub fn attrs(pairs: &[(&str, Value)]) -> Attributes {
+    pairs.iter().map(|(k, v)| weft_model::KeyValue::new(*k, v.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use weft_model::SourceId;
+
+    use crate::testutil::span as sample_span;
+
+    #[test]
+    fn spans_round_trip_through_batches() {
+        let spans: Vec<Span> = (0..10).map(sample_span).collect();
+        let b = spans_to_batches(&spans).unwrap();
+        assert_eq!(b.spans.num_rows(), 10);
+        assert_eq!(b.events.num_rows(), 20);
+        assert_eq!(b.links.num_rows(), 5);
+        let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
+        assert_eq!(back, spans);
+    }
+
+    #[test]
+    fn odd_times_survive() {
+        let mut s = sample_span(0);
+        s.start_ns = u64::MAX - 1;
+        s.end_ns = 3; // end before start: kept as given
+        let b = spans_to_batches(std::slice::from_ref(&s)).unwrap();
+        let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
+        assert_eq!(back[0].start_ns, u64::MAX - 1);
+        assert_eq!(back[0].end_ns, 3);
+    }
+
+    #[test]
+    fn events_become_rows() {
+        use weft_model::event::{EventKind, KernelEvent};
+        let e = Event {
+            time_ns: 10,
+            raw_time: 20,
+            source: SourceId(2),
+            kind: EventKind::Kernel(KernelEvent::SyscallExit { cpu: 1, pid: 100, tid: 101, nr: 0, ret: -2 }),
+        };
+        let b = events_to_batch(&[e]).unwrap();
+        assert_eq!(b.num_rows(), 1);
+        let c = Cols::new(&b, "events");
+        assert_eq!(c.get::<UInt32Array>("pid").unwrap().value(0), 100);
+        assert_eq!(c.get::<StringArray>("type").unwrap().value(0), "sys_exit");
+        assert_eq!(c.get::<StringArray>("component").unwrap().value(0), "kernel");
+    }
+}

@@ -1,0 +1,87 @@
+//! Errors of the store.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the store. Messages name the file (and offset) involved.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O error on a named file or directory.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done (`open`, `write`, `fsync`, `rename`, ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The data directory is in use by another writer.
+    #[error("data directory {0} is locked by another weft process (its LOCK file is held)")]
+    Locked(PathBuf),
+    /// The in-memory buffer is full and flushing cannot keep up: retry later.
+    #[error("store overloaded: {buffered_bytes} bytes buffered, limit {limit_bytes}; retry later")]
+    Overloaded {
+        /// Bytes held in memory (active + frozen buffers).
+        buffered_bytes: usize,
+        /// The configured limit.
+        limit_bytes: usize,
+    },
+    /// A write failed earlier (e.g. fsync): the store refuses writes to avoid silent loss.
+    #[error("store is read-only after a write failure: {0}")]
+    Poisoned(String),
+    /// The store was opened read-only.
+    #[error("store is opened read-only")]
+    ReadOnly,
+    /// The manifest is unreadable.
+    #[error("manifest {path}: {reason}")]
+    Manifest {
+        /// The manifest file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A record in the write-ahead log could not be decoded.
+    #[error("WAL {path} at offset {offset}: {reason}")]
+    WalRecord {
+        /// The WAL file.
+        path: PathBuf,
+        /// Byte offset of the record.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Stored data could not be turned back into spans (a column is missing or mistyped).
+    #[error("stored data: {0}")]
+    Decode(String),
+    /// A query was invalid or failed.
+    #[error("query: {0}")]
+    Query(String),
+    /// Arrow error.
+    #[error("arrow: {0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// Parquet error (with the file).
+    #[error("parquet {path}: {source}")]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: datafusion::parquet::errors::ParquetError,
+    },
+    /// DataFusion error.
+    #[error("{0}")]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+}
+
+/// Result alias.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Helper: wraps an `io::Error` with the operation and path.
+pub(crate) fn io_err(
+    op: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(std::io::Error) -> StoreError {
+    let path = path.into();
+    move |source| StoreError::Io { op, path, source }
+}

@@ -1,0 +1,174 @@
+//! The manifest: which segments are live and how far the WAL is covered by them.
+//!
+//! `MANIFEST.json` is replaced atomically (write `MANIFEST.json.tmp`, fsync it, rename over
+//! the old one, fsync the directory), so after a crash it is either the old or the new
+//! version, never a mix. Segment files not named by the manifest are leftovers of an
+//! interrupted flush or compaction and are deleted on open.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, StoreError, io_err};
+
+/// Manifest file name.
+pub const MANIFEST: &str = "MANIFEST.json";
+const FORMAT_VERSION: u32 = 1;
+
+/// The manifest.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    /// Format version (1).
+    pub version: u32,
+    /// Id for the next segment (ids are never reused, so cached file metadata never goes stale).
+    pub next_segment_id: u64,
+    /// Every WAL file with an id ≤ this is contained in the segments.
+    pub wal_checkpoint: u64,
+    /// Live segments, oldest first.
+    pub segments: Vec<SegmentMeta>,
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Manifest { version: FORMAT_VERSION, next_segment_id: 1, wal_checkpoint: 0, segments: Vec::new() }
+    }
+}
+
+/// One segment: a Parquet file per non-empty table, written together.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SegmentMeta {
+    /// Segment id.
+    pub id: u64,
+    /// 0 = written by a flush; n > 0 = written by compaction of level n-1 (or lower) segments.
+    pub level: u32,
+    /// When it was written, ns since the epoch.
+    pub created_ns: u64,
+    /// Its files.
+    pub files: Vec<FileMeta>,
+    /// Rough in-memory (Arrow) size of its contents, for compaction planning.
+    pub mem_bytes: u64,
+    /// Distinct (service, span name, span kind) in its spans; capped (see `operations_complete`).
+    #[serde(default)]
+    pub operations: Vec<(String, String, String)>,
+    /// False when there were too many operations to list.
+    #[serde(default = "yes")]
+    pub operations_complete: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One Parquet file of a segment.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileMeta {
+    /// Table (`spans`, `span_events`, `span_links`, `events`).
+    pub table: String,
+    /// File name inside `segments/`.
+    pub file: String,
+    /// Rows.
+    pub rows: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Smallest time in the file (span start, event time), ns since the epoch.
+    pub min_time_ns: u64,
+    /// Largest time in the file.
+    pub max_time_ns: u64,
+}
+
+impl SegmentMeta {
+    /// The file of `table`, if the segment has one.
+    pub fn file(&self, table: &str) -> Option<&FileMeta> {
+        self.files.iter().find(|f| f.table == table)
+    }
+    /// Bytes on disk of all files.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes).sum()
+    }
+    /// Newest time in any file.
+    pub fn max_time_ns(&self) -> u64 {
+        self.files.iter().map(|f| f.max_time_ns).max().unwrap_or(0)
+    }
+    /// Rows of `table`.
+    pub fn rows(&self, table: &str) -> u64 {
+        self.file(table).map(|f| f.rows).unwrap_or(0)
+    }
+}
+
+/// Reads the manifest of `dir` (the default when there is none yet).
+pub fn load(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Manifest::default()),
+        Err(e) => return Err(io_err("read", &path)(e)),
+    };
+    let m: Manifest = serde_json::from_slice(&text)
+        .map_err(|e| StoreError::Manifest { path: path.clone(), reason: e.to_string() })?;
+    if m.version != FORMAT_VERSION {
+        return Err(StoreError::Manifest {
+            path,
+            reason: format!("format version {} (this weft reads {FORMAT_VERSION})", m.version),
+        });
+    }
+    Ok(m)
+}
+
+/// Replaces the manifest of `dir` atomically and durably.
+pub fn store(dir: &Path, m: &Manifest) -> Result<()> {
+    let path: PathBuf = dir.join(MANIFEST);
+    let tmp = dir.join(format!("{MANIFEST}.tmp"));
+    let text = serde_json::to_vec_pretty(m)
+        .map_err(|e| StoreError::Manifest { path: path.clone(), reason: e.to_string() })?;
+    let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+    f.write_all(&text).map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("fsync", &tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))?;
+    crate::wal::fsync_dir(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_default() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load(dir.path()).unwrap(), Manifest::default());
+        let m = Manifest {
+            next_segment_id: 3,
+            wal_checkpoint: 9,
+            segments: vec![SegmentMeta {
+                id: 2,
+                level: 0,
+                created_ns: 5,
+                files: vec![FileMeta {
+                    table: "spans".into(),
+                    file: "seg-2-spans.parquet".into(),
+                    rows: 10,
+                    bytes: 100,
+                    min_time_ns: 1,
+                    max_time_ns: 2,
+                }],
+                mem_bytes: 1000,
+                operations: vec![("a".into(), "b".into(), "server".into())],
+                operations_complete: true,
+            }],
+            ..Manifest::default()
+        };
+        store(dir.path(), &m).unwrap();
+        assert_eq!(load(dir.path()).unwrap(), m);
+        assert!(!dir.path().join("MANIFEST.json.tmp").exists());
+    }
+
+    #[test]
+    fn garbage_manifest_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MANIFEST), b"{not json").unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("MANIFEST.json"), "{e}");
+    }
+}

@@ -1,0 +1,174 @@
+//! The in-memory Arrow buffer: appended batches per table, queryable right away, flushed to a
+//! Parquet segment when big or old enough.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use datafusion::arrow::array::{RecordBatch, StringArray, TimestampNanosecondArray};
+use datafusion::arrow::compute::concat_batches;
+
+use crate::convert::SpanBatches;
+use crate::error::Result;
+use crate::schema;
+
+/// Distinct (service, name, kind) kept per buffer/segment before giving up listing them.
+pub(crate) const MAX_OPERATIONS: usize = 10_000;
+/// Batches smaller than this are merged once [`SMALL_RUN`] of them pile up.
+const SMALL_BATCH: usize = 1024;
+const SMALL_RUN: usize = 64;
+
+/// Per-table index in `[spans, span_events, span_links, events]`.
+pub(crate) const T_SPANS: usize = 0;
+pub(crate) const T_EVENTS: usize = 3;
+
+/// One buffer.
+pub(crate) struct MemTable {
+    pub tables: [Vec<RecordBatch>; 4],
+    pub rows: [u64; 4],
+    pub bytes: usize,
+    /// Min/max time per table (span start, event time).
+    pub time_range: [Option<(u64, u64)>; 4],
+    pub first_append: Option<Instant>,
+    /// `service \x1f name \x1f kind` of every distinct operation (one `String` per entry so a
+    /// lookup needs no allocation).
+    pub operations: HashSet<String>,
+    pub operations_complete: bool,
+    small_run: [usize; 4],
+}
+
+impl Default for MemTable {
+    fn default() -> Self {
+        MemTable {
+            tables: Default::default(),
+            rows: [0; 4],
+            bytes: 0,
+            time_range: [None; 4],
+            first_append: None,
+            operations: HashSet::new(),
+            operations_complete: true,
+            small_run: [0; 4],
+        }
+    }
+}
+
+fn time_column(table: usize) -> &'static str {
+    match table {
+        0 => "start_time",
+        _ => "time",
+    }
+}
+
+impl MemTable {
+    pub fn is_empty(&self) -> bool {
+        self.rows.iter().all(|&r| r == 0)
+    }
+
+    pub fn push_spans(&mut self, b: SpanBatches) -> Result<()> {
+        self.note_operations(&b.spans);
+        self.push(0, b.spans)?;
+        self.push(1, b.events)?;
+        self.push(2, b.links)?;
+        Ok(())
+    }
+
+    pub fn push_events(&mut self, b: RecordBatch) -> Result<()> {
+        self.push(T_EVENTS, b)
+    }
+
+    fn note_operations(&mut self, spans: &RecordBatch) {
+        if !self.operations_complete {
+            return;
+        }
+        let get = |n: &str| spans.column_by_name(n).and_then(|c| c.as_any().downcast_ref::<StringArray>());
+        let (Some(svc), Some(name), Some(kind)) = (get("service_name"), get("name"), get("kind")) else {
+            return;
+        };
+        let mut key = String::new();
+        for i in 0..spans.num_rows() {
+            key.clear();
+            key.push_str(svc.value(i));
+            key.push('\x1f');
+            key.push_str(name.value(i));
+            key.push('\x1f');
+            key.push_str(kind.value(i));
+            if self.operations.contains(key.as_str()) {
+                continue;
+            }
+            if self.operations.len() >= MAX_OPERATIONS {
+                self.operations_complete = false;
+                return;
+            }
+            self.operations.insert(key.clone());
+        }
+    }
+
+    fn push(&mut self, t: usize, b: RecordBatch) -> Result<()> {
+        let n = b.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        if self.first_append.is_none() {
+            self.first_append = Some(Instant::now());
+        }
+        if let Some(ts) = b
+            .column_by_name(time_column(t))
+            .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>())
+        {
+            let (mut lo, mut hi) = self.time_range[t].unwrap_or((u64::MAX, 0));
+            for v in ts.values().iter() {
+                let v = *v as u64;
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+            self.time_range[t] = Some((lo, hi));
+        }
+        self.rows[t] += n as u64;
+        self.bytes += b.get_array_memory_size();
+        self.tables[t].push(b);
+        if n < SMALL_BATCH {
+            self.small_run[t] += 1;
+            if self.small_run[t] >= SMALL_RUN {
+                self.coalesce_tail(t)?;
+            }
+        } else {
+            self.small_run[t] = 0;
+        }
+        Ok(())
+    }
+
+    /// Merges the trailing run of small batches into one (fewer, larger batches for queries).
+    fn coalesce_tail(&mut self, t: usize) -> Result<()> {
+        let run = self.small_run[t].min(self.tables[t].len());
+        self.small_run[t] = 0;
+        if run < 2 {
+            return Ok(());
+        }
+        let at = self.tables[t].len() - run;
+        let tail: Vec<RecordBatch> = self.tables[t].split_off(at);
+        let old: usize = tail.iter().map(|b| b.get_array_memory_size()).sum();
+        let merged = concat_batches(&schema::schema_of(t), &tail)?;
+        self.bytes = self.bytes - old + merged.get_array_memory_size();
+        self.tables[t].push(merged);
+        Ok(())
+    }
+
+    /// Cheap copy of the batches (Arrow arrays are reference counted).
+    pub fn snapshot(&self) -> [Vec<RecordBatch>; 4] {
+        self.tables.clone()
+    }
+
+    /// Operations as sorted triples.
+    pub fn operations_sorted(&self) -> Vec<(String, String, String)> {
+        let mut v: Vec<_> = self
+            .operations
+            .iter()
+            .map(|k| {
+                let mut p = k.splitn(3, '\x1f');
+                let mut next = || p.next().unwrap_or("").to_owned();
+                (next(), next(), next())
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}

@@ -1,0 +1,164 @@
+//! SQL over the store with DataFusion.
+//!
+//! Every query runs against a [`Snapshot`]: the segments live when it started plus the
+//! in-memory buffers. Each table is a [`SnapshotTable`] whose scan is a union of a Parquet scan
+//! over the segment files (with the query's filters as a pruning predicate: row-group and page
+//! statistics, bloom filters) and a memory scan over the buffered batches. The snapshot keeps
+//! its segments alive, so compaction and retention never delete a file under a running query.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::DFSchema;
+use datafusion::datasource::TableType;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::error::Result as DfResult;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::union::UnionExec;
+
+use crate::segment::Segment;
+
+/// What a query sees: live segments and buffered batches, per table.
+pub(crate) struct Snapshot {
+    pub segments: Vec<Arc<Segment>>,
+    /// Buffered batches (active and frozen buffers), per table.
+    pub memory: [Vec<RecordBatch>; 4],
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("segments", &self.segments.len())
+            .field("memory_batches", &self.memory.iter().map(Vec::len).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// One table of a snapshot.
+#[derive(Debug)]
+pub(crate) struct SnapshotTable {
+    pub snapshot: Arc<Snapshot>,
+    pub table: usize,
+    pub schema: SchemaRef,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for SnapshotTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Used for pruning only; DataFusion re-applies every filter above the scan.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let table_name = crate::schema::TABLE_NAMES[self.table];
+        let partitions = state.config().target_partitions().max(1);
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+
+        // Parquet files of the segments, spread over `partitions` groups by size.
+        let mut files: Vec<(String, u64)> = Vec::new();
+        for seg in &self.snapshot.segments {
+            for (t, path, bytes) in seg.paths() {
+                if t == table_name {
+                    files.push((path.to_string_lossy().into_owned(), bytes));
+                }
+            }
+        }
+        if !files.is_empty() {
+            files.sort_by_key(|f| std::cmp::Reverse(f.1));
+            let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
+                (0..partitions.min(files.len())).map(|_| (0, Vec::new())).collect();
+            for (path, bytes) in files {
+                if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+                    g.0 += bytes;
+                    g.1.push(PartitionedFile::new(path, bytes));
+                }
+            }
+            let mut source = ParquetSource::new(self.schema.clone())
+                .with_table_parquet_options(state.table_options().parquet.clone());
+            if let Some(pred) = conjunction(filters.iter().cloned()) {
+                let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
+                let phys = state.create_physical_expr(pred, &df_schema)?;
+                source = source.with_predicate(phys);
+            }
+            let conf = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+                .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
+                .with_projection_indices(projection.cloned())?
+                .with_limit(limit)
+                .build();
+            let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+            inputs.push(format.create_physical_plan(state, conf).await?);
+        }
+
+        // Buffered batches, spread over `partitions` partitions.
+        let mem = &self.snapshot.memory[self.table];
+        if !mem.is_empty() {
+            let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions.min(mem.len())];
+            for (i, b) in mem.iter().enumerate() {
+                let n = parts.len();
+                parts[i % n].push(b.clone());
+            }
+            let mut exec = MemorySourceConfig::try_new(&parts, self.schema.clone(), projection.cloned())?;
+            if let Some(l) = limit {
+                exec = exec.with_limit(Some(l));
+            }
+            inputs.push(datafusion::datasource::source::DataSourceExec::from_data_source(exec));
+        }
+
+        if inputs.is_empty() {
+            let projected = match projection {
+                Some(p) => Arc::new(self.schema.project(p)?),
+                None => self.schema.clone(),
+            };
+            return Ok(Arc::new(EmptyExec::new(projected)));
+        }
+        UnionExec::try_new(inputs)
+    }
+}
+
+/// Quotes a string as an SQL literal (`'` doubled).
+pub fn sql_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for ch in s.chars() {
+        if ch == '\'' {
+            out.push('\'');
+        }
+        out.push(ch);
+    }
+    out.push('\'');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quoting() {
+        assert_eq!(super::sql_str("it's"), "'it''s'");
+        assert_eq!(super::sql_str(""), "''");
+    }
+}

@@ -1,0 +1,451 @@
+//! Segments: one Parquet file per non-empty table, written together by a flush or a
+//! compaction and listed in the manifest.
+//!
+//! Layout choices (measured in `benches/`, see the README's Performance section):
+//! * `spans`, `span_events`, `span_links` are sorted by trace id (spans then by start time;
+//!   events and links keep their order within a span): a trace's rows sit together, the trace
+//!   id column collapses to a dictionary run, and row-group and page statistics on it narrow a
+//!   lookup to a page;
+//! * `spans.trace_id` carries a split-block bloom filter per row group; the filters are loaded
+//!   into memory when a segment is opened, so a trace lookup touches only segments that hold
+//!   the trace (plus ~1 % false positives);
+//! * zstd, dictionary encoding for repetitive text, none for random ids; page statistics
+//!   (the column index) everywhere.
+//!
+//! A segment that compaction or retention removed from the manifest is deleted when the last
+//! query holding it ends (`Arc` drop).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use datafusion::arrow::array::{
+    Array, FixedSizeBinaryArray, RecordBatch, TimestampNanosecondArray, UInt32Array,
+};
+use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
+use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
+use datafusion::parquet::bloom_filter::Sbbf;
+use datafusion::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, SortingColumn};
+use datafusion::parquet::file::page_index::column_index::ColumnIndexMetaData;
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
+use datafusion::parquet::schema::types::ColumnPath;
+use weft_model::TraceId;
+
+use crate::convert::filter_trace;
+use crate::error::{Result, StoreError, io_err};
+use crate::manifest::{FileMeta, SegmentMeta};
+use crate::schema::{self, TABLE_NAMES};
+
+/// How segments are written.
+#[derive(Debug, Clone)]
+pub struct WriteOptions {
+    /// zstd level (1..=22).
+    pub zstd_level: i32,
+    /// Rows per row group.
+    pub row_group_rows: usize,
+    /// Rows per data page (smaller pages: finer trace lookups, slightly worse compression).
+    pub page_rows: usize,
+    /// Bloom filter false-positive rate on `spans.trace_id`.
+    pub bloom_fpp: f64,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions { zstd_level: 3, row_group_rows: 128 * 1024, page_rows: 8 * 1024, bloom_fpp: 0.01 }
+    }
+}
+
+/// File name of `table` in segment `id`.
+pub(crate) fn file_name(id: u64, table: &str) -> String {
+    format!("seg-{id:010}-{table}.parquet")
+}
+
+fn props(table: usize, o: &WriteOptions) -> Result<WriterProperties> {
+    let level = ZstdLevel::try_new(o.zstd_level)
+        .map_err(|e| StoreError::Query(format!("zstd level {}: {e}", o.zstd_level)))?;
+    let mut b: WriterPropertiesBuilder = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(level))
+        .set_max_row_group_row_count(Some(o.row_group_rows))
+        .set_data_page_row_count_limit(o.page_rows)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_created_by(format!("weft-store {}", env!("CARGO_PKG_VERSION")));
+    let col = |n: &str| ColumnPath::from(n);
+    // Random 8-byte ids: a dictionary only costs.
+    let no_dict: &[&str] = match table {
+        0 => &["span_id", "parent_span_id"],
+        1 => &["span_id"],
+        2 => &["span_id", "linked_span_id", "linked_trace_id"],
+        _ => &[],
+    };
+    for n in no_dict {
+        b = b.set_column_dictionary_enabled(col(n), false);
+    }
+    // Times and durations: delta encoding (sorted runs within a trace / by time).
+    let delta: &[&str] = match table {
+        0 => &["start_time", "duration_ns"],
+        1 => &["time"],
+        3 => &["time", "raw_time"],
+        _ => &[],
+    };
+    for n in delta {
+        b = b
+            .set_column_dictionary_enabled(col(n), false)
+            .set_column_encoding(col(n), Encoding::DELTA_BINARY_PACKED);
+    }
+    if table == 0 {
+        b = b
+            .set_column_bloom_filter_enabled(col("trace_id"), true)
+            .set_column_bloom_filter_fpp(col("trace_id"), o.bloom_fpp)
+            .set_column_bloom_filter_max_ndv(col("trace_id"), o.row_group_rows as u64);
+    }
+    // Column 0 is the sort key: trace_id (span tables) or time (raw events).
+    b = b.set_sorting_columns(Some(vec![SortingColumn {
+        column_idx: 0,
+        descending: false,
+        nulls_first: false,
+    }]));
+    Ok(b.build())
+}
+
+/// Sort permutation: by trace id (then start time for spans), or by time for raw events.
+/// Stable, so span events and links keep their order within a span.
+fn sort_indices(table: usize, batch: &RecordBatch) -> Result<UInt32Array> {
+    let n = batch.num_rows();
+    let mut idx: Vec<u32> = (0..n as u32).collect();
+    if table == crate::memtable::T_EVENTS {
+        let t = time_col(batch, "time")?;
+        let v = t.values();
+        idx.sort_by_key(|&i| v[i as usize] as u64);
+    } else {
+        let ids = batch
+            .column_by_name("trace_id")
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+            .ok_or_else(|| StoreError::Decode("trace_id column missing".into()))?;
+        if table == crate::memtable::T_SPANS {
+            let t = time_col(batch, "start_time")?;
+            let v = t.values();
+            idx.sort_by(|&a, &b| {
+                ids.value(a as usize)
+                    .cmp(ids.value(b as usize))
+                    .then((v[a as usize] as u64).cmp(&(v[b as usize] as u64)))
+            });
+        } else {
+            idx.sort_by(|&a, &b| ids.value(a as usize).cmp(ids.value(b as usize)));
+        }
+    }
+    Ok(UInt32Array::from(idx))
+}
+
+fn time_col<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a TimestampNanosecondArray> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<TimestampNanosecondArray>())
+        .ok_or_else(|| StoreError::Decode(format!("{name} column missing")))
+}
+
+fn time_range(table: usize, batch: &RecordBatch) -> (u64, u64) {
+    let name = if table == 0 { "start_time" } else { "time" };
+    match time_col(batch, name) {
+        Ok(t) if !t.is_empty() => {
+            t.values().iter().fold((u64::MAX, 0), |(lo, hi), &v| (lo.min(v as u64), hi.max(v as u64)))
+        }
+        _ => (0, 0),
+    }
+}
+
+/// Writes a segment from per-table batches; returns its manifest entry. Files are fsynced;
+/// the caller makes the directory entry durable and publishes the manifest.
+pub(crate) fn write_segment(
+    seg_dir: &Path,
+    id: u64,
+    level: u32,
+    tables: &[Vec<RecordBatch>; 4],
+    operations: (Vec<(String, String, String)>, bool),
+    o: &WriteOptions,
+) -> Result<SegmentMeta> {
+    let mut files = Vec::new();
+    let mut mem_bytes = 0u64;
+    for (t, batches) in tables.iter().enumerate() {
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        if rows == 0 {
+            continue;
+        }
+        let schema = schema::schema_of(t);
+        let all = concat_batches(&schema, batches)?;
+        mem_bytes += all.get_array_memory_size() as u64;
+        let sorted = take_record_batch(&all, &sort_indices(t, &all)?)?;
+        drop(all);
+        let (min_t, max_t) = time_range(t, &sorted);
+        let name = file_name(id, TABLE_NAMES[t]);
+        let path = seg_dir.join(&name);
+        let file = File::create(&path).map_err(io_err("create", &path))?;
+        let mut w = ArrowWriter::try_new(file, schema, Some(props(t, o)?))
+            .map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
+        w.write(&sorted).map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
+        let file = w.into_inner().map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
+        file.sync_all().map_err(io_err("fsync", &path))?;
+        let bytes = file.metadata().map_err(io_err("stat", &path))?.len();
+        files.push(FileMeta {
+            table: TABLE_NAMES[t].to_owned(),
+            file: name,
+            rows: rows as u64,
+            bytes,
+            min_time_ns: min_t,
+            max_time_ns: max_t,
+        });
+    }
+    Ok(SegmentMeta {
+        id,
+        level,
+        created_ns: weft_model::time::now_unix_nanos(),
+        files,
+        mem_bytes,
+        operations: operations.0,
+        operations_complete: operations.1,
+    })
+}
+
+/// Reader state of one Parquet file, loaded once.
+pub(crate) struct FileReader {
+    pub path: PathBuf,
+    pub meta: ArrowReaderMetadata,
+    /// Leaf column index of `trace_id`.
+    trace_col: Option<usize>,
+    /// Bloom filter on `trace_id` per row group (spans only).
+    blooms: Vec<Option<Sbbf>>,
+    bloom_bytes: usize,
+}
+
+impl FileReader {
+    pub fn open(path: &Path, with_blooms: bool) -> Result<FileReader> {
+        let file = File::open(path).map_err(io_err("open", path))?;
+        let pq = |source| StoreError::Parquet { path: path.to_owned(), source };
+        let meta = ArrowReaderMetadata::load(
+            &file,
+            ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+        )
+        .map_err(pq)?;
+        let md: &ParquetMetaData = meta.metadata();
+        let trace_col =
+            md.file_metadata().schema_descr().columns().iter().position(|c| c.path().string() == "trace_id");
+        let mut blooms = Vec::new();
+        let mut bloom_bytes = 0;
+        if with_blooms && let Some(tc) = trace_col {
+            for rg in md.row_groups() {
+                let cc = rg.column(tc);
+                bloom_bytes += cc.bloom_filter_length().unwrap_or(0).max(0) as usize;
+                blooms.push(Sbbf::read_from_column_chunk(cc, &file).map_err(pq)?);
+            }
+        }
+        Ok(FileReader { path: path.to_owned(), meta, trace_col, blooms, bloom_bytes })
+    }
+
+    /// Bytes of memory the cached bloom filters take.
+    pub fn bloom_bytes(&self) -> usize {
+        self.bloom_bytes
+    }
+
+    /// Rows whose trace id is `id` (page-level selection from statistics; bloom filters skip
+    /// row groups that cannot hold it).
+    pub fn read_trace(&self, id: &TraceId) -> Result<Vec<RecordBatch>> {
+        let md = self.meta.metadata();
+        let Some(tc) = self.trace_col else {
+            return Err(StoreError::Decode(format!("{}: no trace_id column", self.path.display())));
+        };
+        let key: &[u8] = &id.0;
+        let mut groups = Vec::new();
+        let mut selectors: Vec<RowSelector> = Vec::new();
+        for (rg_i, rg) in md.row_groups().iter().enumerate() {
+            let cc = rg.column(tc);
+            if let Some(st) = cc.statistics()
+                && let (Some(min), Some(max)) = (st.min_bytes_opt(), st.max_bytes_opt())
+                && (key < min || key > max)
+            {
+                continue;
+            }
+            if let Some(Some(bloom)) = self.blooms.get(rg_i)
+                && !bloom.check(key)
+            {
+                continue;
+            }
+            groups.push(rg_i);
+            let rows = rg.num_rows() as usize;
+            let pages = page_ranges(md, rg_i, tc, rows, key);
+            match pages {
+                Some(ranges) => {
+                    let mut at = 0;
+                    for (from, to) in ranges {
+                        if from > at {
+                            selectors.push(RowSelector::skip(from - at));
+                        }
+                        selectors.push(RowSelector::select(to - from));
+                        at = to;
+                    }
+                    if rows > at {
+                        selectors.push(RowSelector::skip(rows - at));
+                    }
+                }
+                None => selectors.push(RowSelector::select(rows)),
+            }
+        }
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let file = File::open(&self.path).map_err(io_err("open", &self.path))?;
+        let pq = |source| StoreError::Parquet { path: self.path.clone(), source };
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.meta.clone())
+            .with_row_groups(groups)
+            .with_row_selection(RowSelection::from(selectors))
+            .with_batch_size(8192)
+            .build()
+            .map_err(pq)?;
+        let mut out = Vec::new();
+        for b in reader {
+            let b = b.map_err(|e| StoreError::Parquet { path: self.path.clone(), source: e.into() })?;
+            if let Some(f) = filter_trace(&b, id)? {
+                out.push(f);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Row ranges of the pages of row group `rg` whose trace id range may contain `key`
+/// (`None` when the file has no page index).
+fn page_ranges(
+    md: &ParquetMetaData,
+    rg: usize,
+    col: usize,
+    rows: usize,
+    key: &[u8],
+) -> Option<Vec<(usize, usize)>> {
+    let ci = md.column_index()?.get(rg)?.get(col)?;
+    let oi = md.offset_index()?.get(rg)?.get(col)?;
+    let ColumnIndexMetaData::FIXED_LEN_BYTE_ARRAY(idx) = ci else { return None };
+    let locs = oi.page_locations();
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (p, loc) in locs.iter().enumerate() {
+        let from = usize::try_from(loc.first_row_index).ok()?;
+        let to = match locs.get(p + 1) {
+            Some(next) => usize::try_from(next.first_row_index).ok()?,
+            None => rows,
+        };
+        let may = match (idx.min_value(p), idx.max_value(p)) {
+            (Some(min), Some(max)) => key >= min && key <= max,
+            _ => true,
+        };
+        if may && to > from {
+            match out.last_mut() {
+                Some(last) if last.1 == from => last.1 = to,
+                _ => out.push((from, to)),
+            }
+        }
+    }
+    Some(out)
+}
+
+/// A live segment.
+pub(crate) struct Segment {
+    pub meta: SegmentMeta,
+    pub dir: PathBuf,
+    /// Spans file reader (with blooms), opened with the segment.
+    spans: Option<FileReader>,
+    /// Span events / links readers, opened on first use.
+    lazy: [OnceLock<Result<FileReader, String>>; 2],
+    obsolete: AtomicBool,
+}
+
+impl Segment {
+    /// Opens a segment listed in the manifest (loads the spans file's metadata and blooms).
+    pub fn open(dir: &Path, meta: SegmentMeta) -> Result<Segment> {
+        let spans = match meta.file(schema::SPANS) {
+            Some(f) => Some(FileReader::open(&dir.join(&f.file), true)?),
+            None => None,
+        };
+        Ok(Segment {
+            meta,
+            dir: dir.to_owned(),
+            spans,
+            lazy: Default::default(),
+            obsolete: AtomicBool::new(false),
+        })
+    }
+
+    /// Paths of the segment's files.
+    pub fn paths(&self) -> impl Iterator<Item = (&str, PathBuf, u64)> {
+        self.meta.files.iter().map(|f| (f.table.as_str(), self.dir.join(&f.file), f.bytes))
+    }
+
+    /// Marks the segment for deletion once nobody uses it.
+    pub fn retire(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    pub fn bloom_bytes(&self) -> usize {
+        self.spans.as_ref().map(|s| s.bloom_bytes()).unwrap_or(0)
+    }
+
+    fn lazy_reader(&self, slot: usize, table: &str) -> Result<Option<&FileReader>> {
+        let Some(f) = self.meta.file(table) else { return Ok(None) };
+        let r = self.lazy[slot]
+            .get_or_init(|| FileReader::open(&self.dir.join(&f.file), false).map_err(|e| e.to_string()));
+        match r {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => Err(StoreError::Decode(e.clone())),
+        }
+    }
+
+    /// The rows of trace `id` in the spans, span events and span links files.
+    pub fn read_trace(&self, id: &TraceId) -> Result<Option<[Vec<RecordBatch>; 3]>> {
+        let Some(spans) = &self.spans else { return Ok(None) };
+        let s = spans.read_trace(id)?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        let e = match self.lazy_reader(0, schema::SPAN_EVENTS)? {
+            Some(r) => r.read_trace(id)?,
+            None => Vec::new(),
+        };
+        let l = match self.lazy_reader(1, schema::SPAN_LINKS)? {
+            Some(r) => r.read_trace(id)?,
+            None => Vec::new(),
+        };
+        Ok(Some([s, e, l]))
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            for f in &self.meta.files {
+                let p = self.dir.join(&f.file);
+                if let Err(e) = std::fs::remove_file(&p)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(path = %p.display(), error = %e, "could not delete retired segment file");
+                }
+            }
+        }
+    }
+}
+
+/// Reads all rows of one segment file (compaction input).
+pub(crate) fn read_all(path: &Path) -> Result<Vec<RecordBatch>> {
+    let file = File::open(path).map_err(io_err("open", path))?;
+    let pq = |source| StoreError::Parquet { path: path.to_owned(), source };
+    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(pq)?
+        .with_batch_size(64 * 1024)
+        .build()
+        .map_err(pq)?;
+    let mut out = Vec::new();
+    for b in reader {
+        out.push(b.map_err(|e| StoreError::Parquet { path: path.to_owned(), source: e.into() })?);
+    }
+    Ok(out)
+}

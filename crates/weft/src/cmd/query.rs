@@ -1,0 +1,129 @@
+//! `weft query`: SQL over weft's tables — against a running `weft serve` (`--url`, the
+//! default) or a data directory directly (`--data-dir`, read-only: safe next to a running
+//! server).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use weft_store::{Store, StoreConfig, render};
+
+/// Output format.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A text table.
+    Table,
+    /// CSV with a header row.
+    Csv,
+    /// JSON: `{"columns": [...], "rows": [[...]]}`.
+    Json,
+}
+
+impl Format {
+    fn as_str(self) -> &'static str {
+        match self {
+            Format::Table => "table",
+            Format::Csv => "csv",
+            Format::Json => "json",
+        }
+    }
+}
+
+/// Arguments of `weft query`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The SQL statement (tables: spans, span_events, span_links, events). `-` reads stdin.
+    pub sql: Option<String>,
+    /// A running weft server (its query listener, or any of its HTTP listeners).
+    #[arg(long, default_value = "http://127.0.0.1:16686", conflicts_with = "data_dir")]
+    pub url: String,
+    /// Query this data directory directly instead of a server (read-only).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "table")]
+    pub format: Format,
+    /// Most rows to print.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_rows: usize,
+    /// Print the tables' documented schema and exit.
+    #[arg(long)]
+    pub schema: bool,
+}
+
+/// Runs `weft query`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if args.schema {
+        out.write_all(weft_store::schema::schema_markdown().as_bytes())?;
+        return Ok(());
+    }
+    let sql = match args.sql.as_deref() {
+        Some("-") => std::io::read_to_string(std::io::stdin()).context("reading SQL from stdin")?,
+        Some(s) => s.to_owned(),
+        None => bail!("give an SQL statement, e.g. weft query \"SELECT count(*) FROM spans\" (or --schema)"),
+    };
+    match &args.data_dir {
+        Some(dir) => local(dir, &sql, args.format, args.max_rows, &mut out),
+        None => remote(&args.url, &sql, args.format, args.max_rows, &mut out),
+    }
+}
+
+fn local(
+    dir: &std::path::Path,
+    sql: &str,
+    format: Format,
+    max_rows: usize,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    if !dir.join(weft_store::manifest::MANIFEST).exists() && !dir.join("wal").is_dir() {
+        bail!("{} is not a weft data directory (no MANIFEST.json or wal/)", dir.display());
+    }
+    let mut cfg = StoreConfig::new(dir);
+    cfg.read_only = true;
+    let store = Store::open(cfg).with_context(|| format!("opening {}", dir.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let res = rt.block_on(store.sql(sql, max_rows))?;
+    let text = match format {
+        Format::Table => render::to_table(&res.schema, &res.batches),
+        Format::Csv => render::to_csv(&res.schema, &res.batches),
+        Format::Json => render::to_json(&res.schema, &res.batches).to_string(),
+    };
+    writeln!(out, "{}", text.trim_end())?;
+    if res.truncated {
+        eprintln!("(only the first {max_rows} rows are shown; raise --max-rows)");
+    }
+    Ok(())
+}
+
+fn remote(url: &str, sql: &str, format: Format, max_rows: usize, out: &mut impl Write) -> anyhow::Result<()> {
+    let base = url.trim_end_matches('/');
+    let endpoint = format!("{base}/api/sql?format={}&max_rows={max_rows}", format.as_str());
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut resp = agent
+        .post(&endpoint)
+        .header("Content-Type", "text/plain; charset=utf-8")
+        .send(sql.as_bytes())
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot reach weft at {base} ({e}); is `weft serve` running? (or use --data-dir DIR to query a data directory)"
+            )
+        })?;
+    let status = resp.status().as_u16();
+    let truncated = resp.headers().get("x-weft-truncated").is_some();
+    let body = resp.body_mut().with_config().limit(1 << 30).read_to_string().context("reading the answer")?;
+    if status != 200 {
+        let msg = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or(body);
+        bail!("query failed ({status}): {msg}");
+    }
+    writeln!(out, "{}", body.trim_end())?;
+    let json_truncated = format == Format::Json
+        && serde_json::from_str::<serde_json::Value>(&body).ok().is_some_and(|v| v["truncated"] == true);
+    if truncated || json_truncated {
+        eprintln!("(the server returned its row limit; narrow the query, {max_rows} requested)");
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! `weft serve`: the collector and store — OTLP (HTTP, gRPC) and Zipkin receivers, Zipkin and
+//! Jaeger read APIs, SQL, metrics — on one data directory, no external services.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use anyhow::Context;
+use weft_server::{AppState, Receiver, ServerConfig};
+use weft_store::{FsyncPolicy, Store, StoreConfig};
+
+use super::units::{fmt_bytes, parse_duration, parse_size};
+
+/// Arguments of `weft serve`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Data directory (WAL, segments, manifest). Default: $WEFT_DATA_DIR, else
+    /// $XDG_DATA_HOME/weft, else ~/.local/share/weft; with --demo, a fresh temporary directory
+    /// deleted on exit.
+    #[arg(long, env = "WEFT_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Generate a simulated online shop's traffic (backfilled and live) to look at.
+    #[arg(long)]
+    pub demo: bool,
+    /// Demo requests per second.
+    #[arg(long, default_value_t = 2.0)]
+    pub demo_rate: f64,
+    /// OTLP/HTTP listener (`off` to disable).
+    #[arg(long, default_value = "127.0.0.1:4318")]
+    pub otlp_http: String,
+    /// OTLP/gRPC listener (`off` to disable).
+    #[arg(long, default_value = "127.0.0.1:4317")]
+    pub otlp_grpc: String,
+    /// Zipkin listener: ingest and the Zipkin read API (`off` to disable).
+    #[arg(long, default_value = "127.0.0.1:9411")]
+    pub zipkin: String,
+    /// Query listener: Jaeger api_v3, SQL, metrics, UI (`off` to disable).
+    #[arg(long, default_value = "127.0.0.1:16686")]
+    pub http: String,
+    /// WAL fsync policy: `always` (before each acknowledgement), `never`, or a period (`100ms`).
+    #[arg(long, default_value = "100ms")]
+    pub fsync: FsyncPolicy,
+    /// In-memory buffer size that triggers a flush to a Parquet segment.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub flush_size: u64,
+    /// Longest unflushed data stays in memory (and in the WAL) before a flush.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub flush_interval: std::time::Duration,
+    /// Buffered bytes past which receivers answer 503 (flushing cannot keep up).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    pub max_buffer: u64,
+    /// Delete data older than this (e.g. `7d`).
+    #[arg(long, value_parser = parse_duration)]
+    pub retention: Option<std::time::Duration>,
+    /// Delete the oldest data while segments exceed this size (e.g. `50GiB`).
+    #[arg(long, value_parser = parse_size)]
+    pub retention_size: Option<u64>,
+    /// Largest request body as sent; larger requests get 413.
+    #[arg(long, default_value = "16MiB", value_parser = parse_size)]
+    pub max_request_size: u64,
+    /// Request bytes in flight at once; past it, 429.
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    pub max_inflight: u64,
+}
+
+fn listener(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if v == "off" || v.is_empty() {
+        return Ok(None);
+    }
+    v.parse().map(Some).with_context(|| format!("--{flag} {v:?}: expected HOST:PORT (an IP address) or off"))
+}
+
+/// The default data directory.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("weft");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local").join("share").join("weft")
+}
+
+struct TempDir(PathBuf);
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `weft serve` until Ctrl-C / SIGTERM.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut _temp = None;
+    let dir = match (&args.data_dir, args.demo) {
+        (Some(d), _) => d.clone(),
+        (None, true) => {
+            let d = std::env::temp_dir().join(format!("weft-demo-{}", std::process::id()));
+            _temp = Some(TempDir(d.clone()));
+            d
+        }
+        (None, false) => default_data_dir(),
+    };
+    let mut sc = StoreConfig::new(&dir);
+    sc.fsync = args.fsync;
+    sc.flush_bytes = args.flush_size as usize;
+    sc.flush_interval = args.flush_interval;
+    sc.max_buffer_bytes = args.max_buffer as usize;
+    sc.retention_age = args.retention;
+    sc.retention_bytes = args.retention_size;
+    let cfg = ServerConfig {
+        otlp_http: listener("otlp-http", &args.otlp_http)?,
+        otlp_grpc: listener("otlp-grpc", &args.otlp_grpc)?,
+        zipkin: listener("zipkin", &args.zipkin)?,
+        http: listener("http", &args.http)?,
+        max_request_bytes: args.max_request_size as usize,
+        max_inflight_bytes: args.max_inflight as usize,
+        ..ServerConfig::default()
+    };
+
+    let store = Store::open(sc).with_context(|| format!("opening the store in {}", dir.display()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("weft-serve").build()?;
+    let state = AppState::new(store.clone(), cfg);
+    let running = rt.block_on(weft_server::start(state.clone()))?;
+
+    let st = store.stats();
+    let m = store.metrics();
+    println!("weft serve — collector and store ({} {})", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    println!(
+        "  data       {}{}",
+        store.dir().display(),
+        if _temp.is_some() { "  (temporary: deleted on exit)" } else { "" }
+    );
+    println!(
+        "             {} segments, {}, {} spans stored; {} buffered spans replayed from the WAL{}",
+        st.segments,
+        fmt_bytes(st.segment_bytes),
+        st.segment_spans,
+        st.buffer_spans,
+        match m.wal_records_torn.load(Ordering::Relaxed) {
+            0 => String::new(),
+            n => format!(" ({n} torn WAL record(s) cut)"),
+        }
+    );
+    if let Some(a) = running.otlp_grpc {
+        println!("  OTLP/gRPC  {a}");
+    }
+    if let Some(a) = running.otlp_http {
+        println!("  OTLP/HTTP  http://{a}/v1/traces");
+    }
+    if let Some(a) = running.zipkin {
+        println!("  Zipkin     http://{a}/api/v2/spans  (read API: http://{a}/api/v2/services, ...)");
+    }
+    let query = running.http.or(running.zipkin).or(running.otlp_http);
+    if let Some(a) = running.http {
+        println!("  Jaeger     http://{a}/api/v3/services  (api_v3)");
+    }
+    if let Some(a) = query {
+        println!("  SQL        http://{a}/api/sql   tables: spans, span_events, span_links, events");
+        println!("  metrics    http://{a}/metrics   index: http://{a}/api");
+    }
+    let demo = if args.demo {
+        let dc = weft_server::demo::DemoConfig { rate: args.demo_rate, ..Default::default() };
+        println!(
+            "  demo       a simulated shop: {} requests/s, last {} min backfilled",
+            dc.rate,
+            dc.backfill.as_secs() / 60
+        );
+        let _g = rt.enter();
+        Some(weft_server::demo::start(state.clone(), dc))
+    } else {
+        None
+    };
+    if let Some(a) = query {
+        println!();
+        println!("Try:  curl -s http://{a}/api/v3/services");
+        println!(
+            "      weft query --url http://{a} \"SELECT service_name, count(*) AS spans, avg(duration_ns)/1e6 AS avg_ms FROM spans GROUP BY 1 ORDER BY 2 DESC\""
+        );
+    }
+    if st.segment_spans + st.buffer_spans == 0 && !args.demo {
+        println!(
+            "      (no data yet: point an OpenTelemetry or Zipkin exporter here, or restart with --demo)"
+        );
+    }
+    println!("Ctrl-C stops (buffered spans are flushed first).");
+
+    rt.block_on(shutdown_signal());
+    eprintln!("stopping: flushing buffered spans...");
+    if let Some(d) = demo {
+        d.abort();
+    }
+    rt.block_on(running.shutdown());
+    let close = store.close();
+    let st = store.stats();
+    let mut accepted = Vec::new();
+    for r in Receiver::ALL {
+        let n = state.metrics.receiver(r).spans_accepted.load(Ordering::Relaxed);
+        if n > 0 {
+            accepted.push(format!("{} {n}", r.as_str()));
+        }
+    }
+    println!(
+        "stopped: spans accepted this run: {}; store: {} segments, {}, {} spans",
+        if accepted.is_empty() { "none".into() } else { accepted.join(", ") },
+        st.segments,
+        fmt_bytes(st.segment_bytes),
+        st.segment_spans
+    );
+    drop(rt);
+    close.context("flushing the store on exit")?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
