@@ -77,13 +77,13 @@ fn main() {
         let g0 = thread_cpu();
         while pending.len() < 512 {
             let t = synth.trace();
-            if sample_ids.len() < 100_000 && batch_no % 7 == 0 {
+            if sample_ids.len() < 100_000 && batch_no.is_multiple_of(7) {
                 sample_ids.push(t[0].trace_id);
             }
             pending.extend(t);
         }
         let batch: Vec<_> = pending.drain(..512).collect();
-        if batch_no % 64 == 0 {
+        if batch_no.is_multiple_of(64) {
             let p = otlp::encode_proto(&batch);
             proto.0 += p.len();
             proto.1 += gzip_len(&p);
