@@ -46,7 +46,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => n * 86400.0,
         other => return Err(format!("{s:?}: unknown duration unit {other:?} (use ms, s, m, h, d)")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e12 {
+    if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
