@@ -7,5 +7,6 @@
 //! the server and tests can run it on files, woven output or query results alike — and the
 //! crate stays free of DataFusion.
 
+pub mod breakdown;
 pub mod dependencies;
 pub mod skew;
