@@ -1,0 +1,5 @@
+//! Integration tests of the `weft` binary (one test binary; one module per subject).
+
+mod breakdown;
+mod case_study;
+mod common;
