@@ -1607,25 +1607,21 @@ mod tests {
         use super::*;
 
         fn arb_trace() -> impl Strategy<Value = Vec<Span>> {
-            prop::collection::vec((0u64..200, 0u64..60, 0usize..5, 0u64..30, any::<bool>()), 1..25).prop_map(
-                |v| {
-                    v.into_iter()
-                        .enumerate()
-                        .map(|(i, (start, len, comp, parent, has_parent))| {
-                            // Parents anywhere (forward, missing, cyclic, self) on purpose.
-                            let parent = has_parent.then_some(parent + 1);
-                            sp(
-                                1,
-                                i as u64 + 1,
-                                parent,
-                                ["a", "b", "ns3/c", "ns3/d", "e"][comp],
-                                start,
-                                start + len,
-                            )
-                        })
-                        .collect()
-                },
-            )
+            // Times near 0, mid-range and just below u64::MAX.
+            let base = prop_oneof![Just(0u64), Just(1u64 << 62), Just(u64::MAX - 300)];
+            let spans =
+                prop::collection::vec((0u64..200, 0u64..60, 0usize..5, 0u64..30, any::<bool>()), 1..25);
+            (base, spans).prop_map(|(base, v)| {
+                v.into_iter()
+                    .enumerate()
+                    .map(|(i, (start, len, comp, parent, has_parent))| {
+                        // Parents anywhere (forward, missing, cyclic, self) on purpose.
+                        let parent = has_parent.then_some(parent + 1);
+                        let comp = ["a", "b", "ns3/c", "ns3/d", "e"][comp];
+                        sp(1, i as u64 + 1, parent, comp, base + start, base + start + len)
+                    })
+                    .collect()
+            })
         }
 
         proptest! {

@@ -26,19 +26,20 @@ const EPOCH_NS: u64 = 1_704_067_200_000_000_000;
 /// The scenario's node names by ns-3 node id (printed by the script too; checked below).
 const NODES: [&str; 6] = ["client", "sw0", "sw1", "server", "bg-sink", "bg-src"];
 
+/// Directions by the hops' IPv4 addresses and UDP ports (the port keeps ARP out).
 const RULES: [&str; 4] = [
     "-d",
-    "request: ip.src=10.0.0.1, ip.dst=10.0.0.2, l4.dst_port=123",
+    "request: source.address=10.0.0.1, destination.address=10.0.0.2, destination.port=123",
     "-d",
-    "response: ip.src=10.0.0.2, ip.dst=10.0.0.1, l4.src_port=123",
+    "response: source.address=10.0.0.2, destination.address=10.0.0.1, source.port=123",
 ];
 
 // --- TEMPORARY network weaving glue -------------------------------------------------------
 // Stands in for weft-weave's network weaver until that lands on main: one span per device hop
 // of a packet (enqueue/receive → dequeue/hand-over/drop on one device), a packet's hops
 // chained parent → child, one trace per packet uid, resource `service.name` = "ns3",
-// `weft.component` = "ns3/<node name>". The breakdown itself does not depend on how the spans
-// were made.
+// `weft.component` = "ns3/<node name>", hop attributes named as weft-weave's span conventions
+// name them. The breakdown itself does not depend on how the spans were made.
 
 fn ip(a: [u8; 4]) -> String {
     format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3])
@@ -76,7 +77,7 @@ fn weave_ns3_temporary(log: &Path) -> (Vec<Span>, u64) {
                     let mut s = Span {
                         trace_id: TraceId::from_u128(*uid as u128 + 1),
                         span_id: SpanId::from_u64(seq),
-                        name: format!("hop {}", n.trace_source),
+                        name: "NetDevice".into(),
                         start_ns: ev.time_ns,
                         end_ns: ev.time_ns,
                         resource: resource.clone(),
@@ -84,15 +85,16 @@ fn weave_ns3_temporary(log: &Path) -> (Vec<Span>, u64) {
                     };
                     let name = NODES.get(*node as usize).copied().unwrap_or("node?");
                     s.attributes.push(conv::COMPONENT, format!("ns3/{name}"));
-                    s.attributes.push("ns3.node", *node as i64);
-                    s.attributes.push("ns3.device", *device as i64);
-                    s.attributes.push("ns3.packet_uid", *uid as i64);
+                    s.attributes.push("weft.span.type", "NetDevice");
+                    s.attributes.push("weft.net.node", *node as i64);
+                    s.attributes.push("weft.net.device", *device as i64);
+                    s.attributes.push("weft.net.packet_uid", *uid as i64);
                     if let Some(h) = &n.ipv4 {
-                        s.attributes.push("ip.src", ip(h.src_ip));
-                        s.attributes.push("ip.dst", ip(h.dst_ip));
-                        s.attributes.push("ip.protocol", h.protocol as i64);
-                        s.attributes.push("l4.src_port", h.src_port as i64);
-                        s.attributes.push("l4.dst_port", h.dst_port as i64);
+                        s.attributes.push("network.protocol.name", "ipv4");
+                        s.attributes.push("source.address", ip(h.src_ip));
+                        s.attributes.push("destination.address", ip(h.dst_ip));
+                        s.attributes.push("source.port", h.src_port as i64);
+                        s.attributes.push("destination.port", h.dst_port as i64);
                     }
                     // Parent: the hop of this packet that closed last at or before now.
                     let list = by_uid.entry(*uid).or_default();
@@ -111,7 +113,7 @@ fn weave_ns3_temporary(log: &Path) -> (Vec<Span>, u64) {
                         hops[i].span.end_ns = ev.time_ns;
                         hops[i].closed = Some(ev.time_ns);
                         if *op == NetOp::Drop {
-                            hops[i].span.attributes.push("ns3.drop", true);
+                            hops[i].span.attributes.push("weft.net.drop", true);
                         }
                     }
                 }
@@ -239,7 +241,10 @@ fn responses_queue_in_the_congested_switch_and_requests_do_not() {
         "sw1 mean: quiet request {q_req:.0} ns, response {q_resp:.0} ns (ratio {q_ratio:.2}); \
          congested request {b_req:.0} ns, response {b_resp:.0} ns (ratio {b_ratio:.1})"
     );
-    assert!(b_ratio >= 5.0, "congested: responses should spend ≥ 5× longer in sw1 (ratio {b_ratio})");
+    // Measured: 2407× (2.407 ms vs the 1 µs forwarding latency). 100× means a mean queue of
+    // about one full-size packet at 100 Mbit/s — far below what saturating TCP builds, far above
+    // anything an idle switch shows.
+    assert!(b_ratio >= 100.0, "congested: responses should spend ≥ 100× longer in sw1 (ratio {b_ratio})");
     assert!((0.8..=1.25).contains(&q_ratio), "quiet: sw1 time should be alike both ways (ratio {q_ratio})");
     // The congested switch is where the responses' extra time goes ...
     let q_e2e = mean(quiet, "response", "end-to-end");
