@@ -165,3 +165,19 @@ fn spans_beyond_the_limit_are_dropped_and_counted() {
     assert!(err.contains("48 spans dropped beyond --max-spans 12"), "{err}");
     assert!(err.contains("traces, 12 spans"), "{err}");
 }
+
+#[test]
+fn reads_stdin_with_the_format_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("t.json");
+    write_spans(&f, Format::OtlpJson, &exchanges());
+    let out = crate::common::weft()
+        .args(["breakdown", "-", "--csv"])
+        .stdin(std::fs::File::open(&f).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = csv(&String::from_utf8(out.stdout).unwrap());
+    let e2e = rows.iter().find(|r| r[1] == "end-to-end").unwrap();
+    assert_eq!((e2e[0].as_str(), e2e[4].as_str()), ("all", "20"));
+}
