@@ -66,8 +66,7 @@
 //! [`BreakdownBuilder::finish`], up to a span limit beyond which spans are dropped and counted.
 
 use std::borrow::Cow;
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 
 use weft_model::{Span, SpanId, TraceId, Value, conv};
 
@@ -438,11 +437,13 @@ fn item(span: &Span, groups: &mut Groups, by: &GroupBy, cls: &Classifier) -> Ite
     }
 }
 
-/// Parent links, depths and a parents-first order of one trace. Spans whose parent is absent
-/// are roots; cycles are broken at the first member met (which becomes a root).
+/// Parent links, children, depths and a parents-first order of one trace. Spans whose parent
+/// is absent are roots; a parent cycle is broken at one edge (that member becomes a root).
 struct Tree {
     parent: Vec<Option<usize>>,
-    children: Vec<Vec<usize>>,
+    /// Children of `i`: `child[child_at[i]..child_at[i + 1]]`.
+    child_at: Vec<u32>,
+    child: Vec<u32>,
     depth: Vec<u32>,
     order: Vec<usize>,
     duplicates: u64,
@@ -451,74 +452,67 @@ struct Tree {
 impl Tree {
     fn new(items: &[Item]) -> Tree {
         let n = items.len();
-        // The first span with an id owns it.
-        let mut first: HashMap<SpanId, usize> = HashMap::with_capacity(n);
-        let mut duplicates = 0;
-        for (i, it) in items.iter().enumerate() {
-            match first.entry(it.id) {
-                Entry::Occupied(_) => duplicates += 1,
-                Entry::Vacant(v) => {
-                    v.insert(i);
+        // Span id → index of the first span with it (sorted pairs: fewer allocations and
+        // faster than a hash map for the small traces that dominate).
+        let mut ids: Vec<(SpanId, u32)> = items.iter().enumerate().map(|(i, it)| (it.id, i as u32)).collect();
+        ids.sort_unstable();
+        let duplicates = ids.windows(2).filter(|w| w[0].0 == w[1].0).count() as u64;
+        let find = |id: SpanId| {
+            let k = ids.partition_point(|e| e.0 < id);
+            ids.get(k).filter(|e| e.0 == id).map(|e| e.1 as usize)
+        };
+        let mut parent: Vec<Option<usize>> =
+            items.iter().enumerate().map(|(i, it)| it.parent.and_then(find).filter(|&p| p != i)).collect();
+        // Break cycles: walk up from each span; an edge back into the current walk closes one.
+        let mut state = vec![0u8; n]; // 0 unseen, 1 on the current walk, 2 done
+        let mut walk = Vec::new();
+        for i in 0..n {
+            let mut cur = i;
+            while state[cur] == 0 {
+                state[cur] = 1;
+                walk.push(cur);
+                match parent[cur] {
+                    Some(p) if state[p] == 1 => parent[cur] = None,
+                    Some(p) => cur = p,
+                    None => {}
                 }
             }
+            for &k in &walk {
+                state[k] = 2;
+            }
+            walk.clear();
         }
-        let mut parent: Vec<Option<usize>> = items
-            .iter()
-            .enumerate()
-            .map(|(i, it)| it.parent.and_then(|p| first.get(&p).copied()).filter(|&p| p != i))
-            .collect();
-        let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut child_at = vec![0u32; n + 1];
+        for p in parent.iter().flatten() {
+            child_at[p + 1] += 1;
+        }
+        for k in 1..=n {
+            child_at[k] += child_at[k - 1];
+        }
+        let mut fill = child_at.clone();
+        let mut child = vec![0u32; child_at[n] as usize];
         for (i, p) in parent.iter().enumerate() {
             if let Some(p) = *p {
-                children[p].push(i);
+                child[fill[p] as usize] = i as u32;
+                fill[p] += 1;
             }
         }
-        let mut w = Walk { depth: vec![0u32; n], order: Vec::with_capacity(n), seen: vec![false; n] };
-        for i in 0..n {
-            if parent[i].is_none() && !w.seen[i] {
-                w.bfs(i, &mut parent, &children);
-            }
-        }
-        // Whatever is left hangs in cycles.
-        for i in 0..n {
-            if !w.seen[i] {
-                w.bfs(i, &mut parent, &children);
-            }
-        }
-        let Walk { depth, order, .. } = w;
-        // Children of a broken cycle's new root keep their lists; drop the stale edge.
-        for (i, ch) in children.iter_mut().enumerate() {
-            ch.retain(|&c| parent[c] == Some(i));
-        }
-        Tree { parent, children, depth, order, duplicates }
-    }
-}
-
-struct Walk {
-    depth: Vec<u32>,
-    order: Vec<usize>,
-    seen: Vec<bool>,
-}
-
-impl Walk {
-    /// Breadth-first from `root`, which becomes a root.
-    fn bfs(&mut self, root: usize, parent: &mut [Option<usize>], children: &[Vec<usize>]) {
-        parent[root] = None;
-        self.depth[root] = 0;
-        self.seen[root] = true;
-        let mut k = self.order.len();
-        self.order.push(root);
-        while k < self.order.len() {
-            let i = self.order[k];
+        let mut depth = vec![0u32; n];
+        let mut order: Vec<usize> = (0..n).filter(|&i| parent[i].is_none()).collect();
+        let mut k = 0;
+        while k < order.len() {
+            let i = order[k];
             k += 1;
-            for &c in &children[i] {
-                if !self.seen[c] {
-                    self.seen[c] = true;
-                    self.depth[c] = self.depth[i].saturating_add(1);
-                    self.order.push(c);
-                }
+            for &c in &child[child_at[i] as usize..child_at[i + 1] as usize] {
+                depth[c as usize] = depth[i].saturating_add(1);
+                order.push(c as usize);
             }
         }
+        Tree { parent, child_at, child, depth, order, duplicates }
+    }
+
+    fn children(&self, i: usize) -> &[u32] {
+        &self.child[self.child_at[i] as usize..self.child_at[i + 1] as usize]
     }
 }
 
@@ -533,23 +527,25 @@ enum Slot {
 }
 
 /// Attributes `[first start, last end]` of `members` to slots (see the module docs); returns
-/// that interval. `add` gets each slot's time and the offset (from the start) where it was
-/// first seen.
+/// that interval. `add` gets each stretch of time with its slot and its offset from the start
+/// (groups that appear get their presence from their spans, not from here).
 fn timeline(
     items: &[Item],
     members: &[usize],
     depth: &[u32],
     mut add: impl FnMut(Slot, u64, u64),
 ) -> (u64, u64) {
-    // (time, 0 end | 1 zero-length | 2 start, depth, index)
-    let mut pts: Vec<(u64, u8, u32, usize)> = Vec::with_capacity(members.len() * 2);
+    // (time, 0 end | 1 zero-length | 2 start, depth, group, index): everything the sweep
+    // needs, so it never touches `items` in time order (cache misses on big traces).
+    let mut pts: Vec<(u64, u8, u32, u32, u32)> = Vec::with_capacity(members.len() * 2);
     for &i in members {
         let it = &items[i];
+        let (d, g, k) = (depth[i], it.group, i as u32);
         if it.end > it.start {
-            pts.push((it.start, 2, depth[i], i));
-            pts.push((it.end, 0, depth[i], i));
+            pts.push((it.start, 2, d, g, k));
+            pts.push((it.end, 0, d, g, k));
         } else {
-            pts.push((it.start, 1, depth[i], i));
+            pts.push((it.start, 1, d, g, k));
         }
     }
     if pts.is_empty() {
@@ -558,7 +554,9 @@ fn timeline(
     pts.sort_unstable();
     let t0 = pts[0].0;
     let t_end = pts.iter().map(|p| p.0).max().unwrap_or(t0);
-    let mut active: BTreeSet<(u64, u32, usize)> = BTreeSet::new();
+    // Active spans (start, depth, index, group), innermost on top; ended ones pop lazily.
+    let mut active: BinaryHeap<(u64, u32, u32, u32)> = BinaryHeap::with_capacity(members.len());
+    let mut ended = vec![false; items.len()];
     let mut last: Option<u32> = None;
     let mut prev = t0;
     let mut k = 0;
@@ -567,15 +565,15 @@ fn timeline(
         if t > prev {
             let dt = t - prev;
             let off = prev - t0;
-            if let Some(&(_, _, i)) = active.last() {
-                add(Slot::Group(items[i].group), dt, off);
+            if let Some(&(_, _, _, g)) = active.peek() {
+                add(Slot::Group(g), dt, off);
             } else {
                 let next = pts[k..]
                     .iter()
                     .take_while(|p| p.0 == t)
                     .filter(|p| p.1 != 0)
-                    .min_by_key(|p| (p.2, p.3))
-                    .map(|p| items[p.3].group);
+                    .min_by_key(|p| (p.2, p.4))
+                    .map(|p| p.3);
                 match (last, next) {
                     (Some(a), Some(b)) if a != b => add(Slot::Wire(a, b), dt, off),
                     (Some(a), _) | (None, Some(a)) => add(Slot::Group(a), dt, off),
@@ -583,25 +581,20 @@ fn timeline(
                 }
             }
         }
-        if let Some(&(_, _, i)) = active.last() {
-            last = Some(items[i].group);
+        if let Some(&(_, _, _, g)) = active.peek() {
+            last = Some(g);
         }
         while k < pts.len() && pts[k].0 == t {
-            let (_, ty, d, i) = pts[k];
+            let (_, ty, d, g, i) = pts[k];
             match ty {
-                0 => {
-                    active.remove(&(items[i].start, d, i));
-                }
-                1 => {
-                    last = Some(items[i].group);
-                    add(Slot::Group(items[i].group), 0, t - t0);
-                }
-                _ => {
-                    active.insert((t, d, i));
-                    add(Slot::Group(items[i].group), 0, t - t0);
-                }
+                0 => ended[i as usize] = true,
+                1 => last = Some(g),
+                _ => active.push((t, d, i, g)),
             }
             k += 1;
+        }
+        while active.peek().is_some_and(|&(_, _, i, _)| ended[i as usize]) {
+            active.pop();
         }
         prev = t;
     }
@@ -615,7 +608,8 @@ fn self_times(items: &[Item], tree: &Tree) -> Vec<u64> {
     let mut iv: Vec<(u64, u64)> = Vec::new();
     for (i, it) in items.iter().enumerate() {
         iv.clear();
-        for &c in &tree.children[i] {
+        for &c in tree.children(i) {
+            let c = c as usize;
             let (s, e) = (items[c].start.max(it.start), items[c].end.min(it.end));
             if e > s {
                 iv.push((s, e));
@@ -731,7 +725,7 @@ pub fn trace_breakdown(spans: &[Span], opts: &Options) -> TraceBreakdown {
     let items: Vec<Item> = spans.iter().map(|s| item(s, &mut groups, &opts.group_by, &none)).collect();
     let tree = Tree::new(&items);
     let selft = self_times(&items, &tree);
-    #[derive(Default)]
+    #[derive(Default, Clone)]
     struct Acc {
         spans: u64,
         total: u64,
@@ -739,22 +733,34 @@ pub fn trace_breakdown(spans: &[Span], opts: &Options) -> TraceBreakdown {
         timeline: u64,
         first: Option<u64>,
     }
-    let mut acc: HashMap<Slot, Acc> = HashMap::new();
+    // Groups are interned per call: a dense table; wires by link.
+    let mut by_group: Vec<Acc> = vec![Acc::default(); groups.names.len()];
+    let mut wires: HashMap<Slot, Acc> = HashMap::new();
     let members: Vec<usize> = (0..items.len()).collect();
     let (start, end) = timeline(&items, &members, &tree.depth, |slot, dt, off| {
-        let a = acc.entry(collapse(slot, opts.wire)).or_default();
+        let a = match slot {
+            Slot::Group(g) => &mut by_group[g as usize],
+            Slot::Wire(..) => wires.entry(collapse(slot, opts.wire)).or_default(),
+        };
         a.timeline += dt;
         a.first = Some(a.first.map_or(off, |f| f.min(off)));
     });
     for (i, it) in items.iter().enumerate() {
-        let a = acc.entry(Slot::Group(it.group)).or_default();
+        let a = &mut by_group[it.group as usize];
         a.spans += 1;
         a.total = a.total.saturating_add(it.end - it.start);
         a.selft = a.selft.saturating_add(selft[i]);
+        let off = it.start - start;
+        a.first = Some(a.first.map_or(off, |f| f.min(off)));
     }
+    let acc = by_group
+        .into_iter()
+        .enumerate()
+        .filter(|(_, a)| a.spans > 0)
+        .map(|(g, a)| (Slot::Group(g as u32), a))
+        .chain(wires);
     let duration = end - start;
     let mut rows: Vec<TraceRow> = acc
-        .into_iter()
         .map(|(slot, a)| {
             let (name, kind, component_kind) = row_name(slot, &groups, opts.wire);
             TraceRow {
@@ -1111,6 +1117,11 @@ impl BreakdownBuilder {
             e.0 += dt;
             e.1 = e.1.min(off);
         });
+        for &i in members {
+            let off = items[i].start - start;
+            let e = times.entry(Slot::Group(items[i].group)).or_insert((0, off));
+            e.1 = e.1.min(off);
+        }
         let e2e = end - start;
         let acc = &mut self.dirs[d];
         acc.units += 1;
