@@ -176,6 +176,7 @@ fn consumer_drains_while_producers_write() {
     const THREADS: u64 = 3;
     const N: u64 = 150_000;
     let done = Arc::new(AtomicBool::new(false));
+    let drops_before = seg.stats().dropped();
     let producers: Vec<_> = (0..THREADS)
         .map(|t| {
             std::thread::spawn(move || {
@@ -189,7 +190,6 @@ fn consumer_drains_while_producers_write() {
     let id = STRESS.id();
     let mut last: HashMap<u64, i64> = HashMap::new();
     let mut got = 0u64;
-    let drops_before = seg.stats().dropped();
     let mut check = |r: &weft_probe::consumer::Record<'_>| {
         if r.tracepoint != id {
             return;

@@ -20,6 +20,7 @@ fn tracing_spans_and_events_record_through_weft() {
     let _g = crate::lock();
     let mut seg = crate::own_segment();
     crate::drain_all(&mut seg);
+    weft_probe::enable(&"tltest.inside".parse::<Selector>().unwrap());
     let sub = tracing_subscriber::registry().with(WeftLayer::new().with_default_level(Level::Info));
     tracing::subscriber::with_default(sub, || {
         let (span_id, _) = emit_all();
