@@ -324,6 +324,7 @@ impl Tracepoint {
     }
 }
 
+#[cfg(feature = "tracing")]
 /// Low-level span start with inline-keyed attributes (the `tracing` layer): writes the
 /// SPAN_START record with explicit ids; does not touch the thread's context.
 pub(crate) fn start_keyed(
@@ -350,6 +351,7 @@ pub(crate) fn start_keyed(
     });
 }
 
+#[cfg(feature = "tracing")]
 /// Low-level record for an existing span (`kind` = KIND_SPAN_END or KIND_KV) with explicit ids.
 pub(crate) fn span_record_keyed(
     tp: &'static Tracepoint,
@@ -367,6 +369,71 @@ pub(crate) fn span_record_keyed(
         for (k, v) in items {
             // SAFETY: the sum of keyed_len() is the reserved payload.
             off += unsafe { put_keyed(p.add(off), k, v) };
+        }
+    });
+}
+
+/// A span's state as plain data, for foreign-language bindings (`weft-probe-c`) that keep the
+/// span in a caller-owned struct.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawSpan {
+    pub tp_id: u32,
+    pub trace_id: u128,
+    pub span_id: u64,
+    pub prev_trace: u128,
+    pub prev_span: u64,
+    pub live: bool,
+}
+
+impl Span {
+    /// Detach into plain data (the span stays open; end it with [`Span::from_raw`] + drop).
+    #[doc(hidden)]
+    pub fn into_raw(self) -> RawSpan {
+        let r = RawSpan {
+            tp_id: self.tp_id,
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+            prev_trace: self.prev.0,
+            prev_span: self.prev.1,
+            live: self.live,
+        };
+        std::mem::forget(self);
+        r
+    }
+
+    /// Re-attach plain data produced by [`Span::into_raw`].
+    #[doc(hidden)]
+    pub fn from_raw(r: RawSpan) -> Span {
+        Span {
+            tp_id: r.tp_id,
+            trace_id: r.trace_id,
+            span_id: r.span_id,
+            prev: (r.prev_trace, r.prev_span),
+            live: r.live,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+/// Emit an event whose values may be positional (empty key: named by the field spec in order)
+/// or inline-keyed (the C ABI's `weft_emit`).
+pub fn emit_values(tp: &'static Tracepoint, items: &[(&str, KeyedValue<'_>)]) {
+    let id = tp.id();
+    let items = &items[..items.len().min(255)];
+    let len: usize =
+        items.iter().map(|(k, v)| if k.is_empty() { keyed_len("", v) } else { keyed_len(k, v) }).sum();
+    thread::write_record(KIND_EVENT, items.len() as u8, id, 0, Ids::Current, len, |p| {
+        let mut off = 0;
+        for (i, (k, v)) in items.iter().enumerate() {
+            // SAFETY: the sum of the lengths is the reserved payload.
+            off += unsafe {
+                if k.is_empty() {
+                    crate::value::put_positional(p.add(off), i as u8, v)
+                } else {
+                    put_keyed(p.add(off), k, v)
+                }
+            };
         }
     });
 }

@@ -256,3 +256,22 @@ tuple_fields!(9; A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
 tuple_fields!(10; A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
 tuple_fields!(11; A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
 tuple_fields!(12; A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
+/// Write a value named by position `index` in the field spec.
+///
+/// # Safety
+/// `p` valid for `keyed_len("", v)` bytes, 8-aligned.
+pub(crate) unsafe fn put_positional(p: *mut u8, index: u8, v: &KeyedValue<'_>) -> usize {
+    let index = index.min(NAME_NONE - 1);
+    // SAFETY: caller contract (keyed_len("", v) = 8 + value bytes).
+    unsafe {
+        match *v {
+            KeyedValue::I64(x) => put_scalar(p, TYPE_I64, index, x as u64),
+            KeyedValue::U64(x) => put_scalar(p, TYPE_U64, index, x),
+            KeyedValue::F64(x) => put_scalar(p, TYPE_F64, index, x.to_bits()),
+            KeyedValue::Bool(x) => put_scalar(p, TYPE_BOOL, index, x as u64),
+            KeyedValue::Str(s) => put_bytes(p, TYPE_STR, index, s.as_bytes()),
+            KeyedValue::Bytes(b) => put_bytes(p, TYPE_BYTES, index, b),
+        }
+    }
+}
