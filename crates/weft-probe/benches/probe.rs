@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | disabled | `event!` on a disabled tracepoint | `tracing::debug!` under an INFO subscriber; an LTTng-UST tracepoint not enabled in the session |
 //! | event_2ints | `event!` with two u64 fields | `tracing::info!` into a no-op subscriber; fastrace `LocalSpan::add_event` with two properties; LTTng-UST tracepoint with two integer fields recorded by a running `lttng-sessiond --no-kernel` session |
+//! | clock | the TSC read every record makes | `clock_gettime(CLOCK_REALTIME)` (what LTTng-UST's clock costs) |
 //! | span | span begin + end | fastrace `LocalSpan` enter + drop; `tracing` span new + enter + exit + close into a no-op subscriber |
 //!
 //! weft's rings are drained between timed batches (never full, so the drop path is not what is
@@ -25,7 +26,7 @@ tracepoint!(static OFF = "bench.off", Debug, group = "bench", fields = [a: u64, 
 tracepoint!(static EV2 = "bench.ev2", Debug, group = "bench", fields = [a: u64, b: u64], flags = [default_on]);
 tracepoint!(static SPAN = "bench.span", Debug, group = "bench", flags = [span, default_on]);
 
-const BATCH: u64 = 100_000;
+const BATCH: u64 = 10_000;
 
 /// Time `iters` calls of `f` in batches, draining weft's rings (untimed) between batches.
 fn batched(seg: &mut Segment, iters: u64, mut f: impl FnMut(u64)) -> Duration {
@@ -90,7 +91,11 @@ struct Lttng {
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
     let o = Command::new(cmd).args(args).output().map_err(|e| format!("{cmd}: {e}"))?;
     if !o.status.success() {
-        return Err(format!("{cmd} {args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
+        return Err(format!(
+            "{cmd} {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ));
     }
     Ok(String::from_utf8_lossy(&o.stdout).into_owned())
 }
@@ -141,7 +146,12 @@ impl Lttng {
             // SAFETY: as above.
             Ok(unsafe { std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(u64)>(p) })
         };
-        Ok(Lttng { session, enabled: sym("weftbench_enabled")?, disabled: sym("weftbench_disabled")?, _dir: dir })
+        Ok(Lttng {
+            session,
+            enabled: sym("weftbench_enabled")?,
+            disabled: sym("weftbench_disabled")?,
+            _dir: dir,
+        })
     }
 }
 
@@ -160,7 +170,7 @@ fn benches(c: &mut Criterion) {
     weft_probe::init(weft_probe::Config {
         mode: weft_probe::Mode::Private,
         rings: 8,
-        ring_size: 64 << 20,
+        ring_size: 4 << 20,
         ..Default::default()
     });
     let mut seg = Segment::own().expect("own segment");
@@ -174,6 +184,12 @@ fn benches(c: &mut Criterion) {
         eprintln!("criterion test mode: the LTTng-UST peer is measured only under `cargo bench`");
         None
     };
+
+    // The timestamp sources themselves: an enabled weft record reads the TSC once (a span twice).
+    let mut g = c.benchmark_group("clock");
+    g.bench_function("rdtsc", |b| b.iter(|| black_box(weft_probe::clock::now_raw())));
+    g.bench_function("clock_gettime-realtime", |b| b.iter(|| black_box(weft_probe::clock::realtime_ns())));
+    g.finish();
 
     let mut g = c.benchmark_group("disabled");
     g.bench_function("weft-probe", |b| b.iter(|| event!(OFF, a = black_box(1u64), b = black_box(2u64))));
@@ -193,7 +209,9 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("event_2ints");
     let drops0 = seg.stats().dropped();
     g.bench_function("weft-probe", |b| {
-        b.iter_custom(|iters| batched(&mut seg, iters, |i| event!(EV2, a = black_box(i), b = black_box(7u64))))
+        b.iter_custom(|iters| {
+            batched(&mut seg, iters, |i| event!(EV2, a = black_box(i), b = black_box(7u64)))
+        })
     });
     g.bench_function("tracing-noop-subscriber", |b| {
         b.iter(|| tracing::info!(a = black_box(1u64), b = black_box(2u64)))
@@ -209,10 +227,9 @@ fn benches(c: &mut Criterion) {
                 let _outer = fastrace::local::LocalSpan::enter_with_local_parent("outer");
                 let t = Instant::now();
                 for i in 0..n {
-                    fastrace::local::LocalSpan::add_event(
-                        fastrace::Event::new("ev2")
-                            .with_properties(|| [("a", black_box(i).to_string()), ("b", black_box(7u64).to_string())]),
-                    );
+                    fastrace::local::LocalSpan::add_event(fastrace::Event::new("ev2").with_properties(
+                        || [("a", black_box(i).to_string()), ("b", black_box(7u64).to_string())],
+                    ));
                 }
                 total += t.elapsed();
                 drop(_outer);
@@ -275,7 +292,11 @@ fn benches(c: &mut Criterion) {
     fastrace::flush();
 
     let st = seg.stats();
-    assert_eq!(st.dropped(), drops0, "weft rings overflowed during the benchmark: the drop path was measured");
+    assert_eq!(
+        st.dropped(),
+        drops0,
+        "weft rings overflowed during the benchmark: the drop path was measured"
+    );
     drop(lttng);
 }
 
