@@ -85,7 +85,17 @@ struct Lttng {
     session: String,
     enabled: unsafe extern "C" fn(u64),
     disabled: unsafe extern "C" fn(u64),
+    /// We started the session daemon (and stop it again at the end).
+    started_daemon: bool,
     _dir: tempfile::TempDir,
+}
+
+/// The session daemon's pid file (root: /var/run/lttng; others: ~/.lttng).
+fn sessiond_pid() -> Option<i32> {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_default();
+    ["/var/run/lttng/lttng-sessiond.pid".into(), home.join(".lttng/lttng-sessiond.pid")]
+        .iter()
+        .find_map(|p: &std::path::PathBuf| std::fs::read_to_string(p).ok()?.trim().parse().ok())
 }
 
 fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
@@ -120,8 +130,9 @@ impl Lttng {
                 "-ldl",
             ],
         )?;
-        if run("lttng", &["list"]).is_err() {
-            let _ = run("lttng-sessiond", &["--daemonize", "--no-kernel"]);
+        let started_daemon = run("lttng", &["list"]).is_err();
+        if started_daemon {
+            run("lttng-sessiond", &["--daemonize", "--no-kernel"])?;
             std::thread::sleep(Duration::from_millis(500));
         }
         let session = format!("weftbench-{}", std::process::id());
@@ -150,6 +161,7 @@ impl Lttng {
             session,
             enabled: sym("weftbench_enabled")?,
             disabled: sym("weftbench_disabled")?,
+            started_daemon,
             _dir: dir,
         })
     }
@@ -162,6 +174,12 @@ impl Drop for Lttng {
             Err(e) => eprintln!("{e}"),
         }
         let _ = run("lttng", &["destroy", &self.session]);
+        if self.started_daemon
+            && let Some(pid) = sessiond_pid()
+        {
+            // SAFETY: signalling the daemon this benchmark started.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
     }
 }
 
