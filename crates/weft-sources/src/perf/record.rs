@@ -546,4 +546,31 @@ mod tests {
         rec[6] = 200;
         assert!(p.parse(&rec).unwrap_err().msg.contains("header size"));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes_never_panic(mut b in proptest::collection::vec(any::<u8>(), 0..300), ty in 0u32..20, id in 6u64..10) {
+                if b.len() >= 16 {
+                    b[0..4].copy_from_slice(&ty.to_le_bytes());
+                    let n = b.len() as u16;
+                    b[6..8].copy_from_slice(&n.to_le_bytes());
+                    b[8..16].copy_from_slice(&id.to_le_bytes());
+                }
+                let _ = parser().parse(&b);
+            }
+
+            #[test]
+            fn samples_round_trip(pid in any::<u32>(), tid in any::<u32>(), time in any::<u64>(), cpu in 0u64..4096,
+                                  raw in proptest::collection::vec(any::<u8>(), 0..100)) {
+                let rec = encode_sample(&[7, (u64::from(tid) << 32) | u64::from(pid), time, cpu], Some(&raw), &[]);
+                let Record::Sample(s) = parser().parse(&rec).unwrap() else { panic!("not a sample") };
+                prop_assert_eq!(s.sid, SampleId { id: 7, pid, tid, time, cpu: cpu as u32 });
+                prop_assert_eq!(s.raw, &raw[..]);
+            }
+        }
+    }
 }
