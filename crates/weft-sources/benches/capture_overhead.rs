@@ -37,7 +37,11 @@ fn weft(bin: &str, dir: &std::path::Path) -> (u64, u64, u64) {
     drop(f);
     let mut child = StoppedChild::spawn(&argv).expect("spawn");
     let cfg = CaptureConfig {
-        tracepoints: vec!["raw_syscalls:sys_enter".into(), "raw_syscalls:sys_exit".into(), "sched:sched_switch".into()],
+        tracepoints: vec![
+            "raw_syscalls:sys_enter".into(),
+            "raw_syscalls:sys_exit".into(),
+            "sched:sched_switch".into(),
+        ],
         target: Target::Exec(child.pid),
         ring_pages: 512,
         ..CaptureConfig::default()
@@ -98,7 +102,11 @@ fn main() {
     let slow = |ns: u64| (ns as f64 / b as f64 - 1.0) * 100.0;
     println!("capture overhead, {N} getppid calls, median of {ROUNDS} interleaved rounds:");
     println!("  baseline      {:8.1} ns/call", per(b));
-    println!("  weft capture  {:8.1} ns/call  (+{:.0} %)  {events} events, {lost} lost over all rounds", per(w), slow(w));
+    println!(
+        "  weft capture  {:8.1} ns/call  (+{:.0} %)  {events} events, {lost} lost over all rounds",
+        per(w),
+        slow(w)
+    );
     println!("  perf record   {:8.1} ns/call  (+{:.0} %)", per(p), slow(p));
     let _ = std::fs::remove_dir_all(&dir);
 }
