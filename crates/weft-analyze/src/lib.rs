@@ -8,4 +8,5 @@
 //! crate stays free of DataFusion.
 
 pub mod dependencies;
+pub mod kernel;
 pub mod skew;

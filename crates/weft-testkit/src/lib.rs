@@ -78,6 +78,26 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Compiles the C program `src` (relative to the workspace root, e.g.
+/// `examples/kernel/workload.c`) with the system C compiler into `out_dir`, returning the
+/// binary's path. Panics, naming `.ci/test`, when no compiler is installed.
+pub fn compile_c(src: &str, out_dir: &Path) -> PathBuf {
+    let src_path = workspace_root().join(src);
+    let stem = Path::new(src).file_stem().and_then(|s| s.to_str()).unwrap_or("prog");
+    let out = out_dir.join(stem);
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src_path)
+        .arg("-lpthread")
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("cannot run cc ({e}): install gcc (listed in .ci/apt-packages; run .ci/test)")
+        });
+    assert!(status.success(), "cc failed on {}", src_path.display());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

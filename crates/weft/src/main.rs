@@ -31,6 +31,8 @@ enum Command {
     Query(cmd::query::Args),
     /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
     Loadgen(cmd::loadgen::Args),
+    /// Record the kernel (perf_event_open): scheduler switches, syscalls, tracepoints, uprobes.
+    Record(cmd::record::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -44,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
+        Command::Record(a) => cmd::record::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -3,5 +3,6 @@
 pub mod convert;
 pub mod loadgen;
 pub mod query;
+pub mod record;
 pub mod serve;
 pub mod units;
