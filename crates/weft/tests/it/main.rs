@@ -1,0 +1,3 @@
+//! Integration tests of the `weft` binary (one test binary: link time).
+
+mod ui;
