@@ -32,13 +32,11 @@ impl Drop for Server {
 fn start_server() -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
     let http = weft_testkit::free_port();
-    let otlp = weft_testkit::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["serve", "--data-dir"])
         .arg(dir.path())
         .args(["--http", &format!("127.0.0.1:{http}")])
-        .args(["--otlp-http", &format!("127.0.0.1:{otlp}")])
-        .args(["--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never"])
+        .args(["--otlp-http", "off", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never"])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -55,7 +53,6 @@ fn start_server() -> Server {
         assert!(Instant::now() < deadline, "weft serve did not answer on {} within 60 s", server.url);
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = otlp;
     server
 }
 
@@ -109,11 +106,8 @@ fn web_ui_in_headless_chromium() {
     );
 
     let server = start_server();
-    let otlp_port = {
-        // The OTLP/HTTP listener shares the router; the query listener accepts /v1/traces too.
-        server.url.clone()
-    };
-    let otlp_url = format!("{otlp_port}/v1/traces");
+    // Every HTTP listener serves the same router, so the query listener accepts /v1/traces too.
+    let otlp_url = format!("{}/v1/traces", server.url);
     let now = weft_model::time::now_unix_nanos();
 
     // OpenTelemetry-SDK-like shop traffic: 300 requests over the last 20 minutes.
@@ -127,7 +121,7 @@ fn web_ui_in_headless_chromium() {
     let root_of = |t: &Vec<Span>| t.iter().find(|s| s.parent_span_id.is_none()).cloned();
     let mut checkout: Vec<(u64, TraceId)> = shop
         .iter()
-        .filter_map(|t| root_of(t))
+        .filter_map(root_of)
         .filter(|r| r.name == "POST /api/checkout")
         .map(|r| (r.duration_ns(), r.trace_id))
         .collect();
