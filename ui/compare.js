@@ -111,7 +111,7 @@ async function run(out, a, b, show) {
         h(
           'tr',
           { id: `cmp-row-${i}`, class: `chg-${n.change}` },
-          h('td.path', h('span.ind', { style: { width: `${Math.min(n.depth, 24) * 14}px` } }), h('span.svc-dot', { style: { background: colour(n.service) } }), h('b', n.service), h('span', `: ${n.name}`)),
+          h('td.path', h('span.ind', { style: { width: `${Math.min(n.depth, 24) * 14}px` } }), h('span.svc-dot', { style: { background: colour(n.service) } }), h('span.pname', h('b', n.service), `: ${n.name}`)),
           h('td.num', side(n.a)),
           h('td.bars', bar(n.a, scale, c.a.traceId)),
           h('td.num', side(n.b)),
@@ -131,7 +131,7 @@ async function run(out, a, b, show) {
     render(k);
   };
   render(show);
-  out.replaceChildren(summary, topBox, h('div.cmp-legend.muted', `Bars share one time scale (${fmtDur(scale)}): the span's earliest start to latest end within its trace; the darker part is its total time. Click a bar to open that span.`), filters, h('div.table-wrap', table));
+  out.replaceChildren(summary, topBox, h('div.cmp-legend.muted', `Both timelines share one scale (${fmtDur(scale)}, the longer trace): a bar runs from the earliest start to the latest end of the spans on that path, relative to its trace's start. Times are totals over the spans on the path. Click a bar to open the span.`), filters, h('div.table-wrap', table));
 }
 
 function focusRow(i) {

@@ -115,8 +115,8 @@ function graph(g, by) {
   const svg = el('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, class: 'deps-svg' });
   const defs = el('defs', {});
   defs.innerHTML =
-    '<marker id="dep-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="dep-head"/></marker>' +
-    '<marker id="dep-arrow-c" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="dep-head-c"/></marker>';
+    '<marker id="dep-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="dep-head"/></marker>' +
+    '<marker id="dep-arrow-c" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" orient="auto"><path d="M0,0 L10,5 L0,10 z" class="dep-head-c"/></marker>';
   svg.append(defs);
   const maxCount = Math.max(...g.edges.map((e) => e.count), 1);
   for (const e of g.edges) {
@@ -135,14 +135,14 @@ function graph(g, by) {
     const p = el('path', {
       d,
       class: `dep-edge ${caused ? 'caused' : 'call'}${e.errors ? ' has-err' : ''}`,
-      'stroke-width': (1.2 + 3 * Math.sqrt(e.count / maxCount)).toFixed(1),
+      'stroke-width': (1.2 + 2.8 * Math.sqrt(e.count / maxCount)).toFixed(1),
       'marker-end': caused ? 'url(#dep-arrow-c)' : 'url(#dep-arrow)',
     });
     p.append(el('title', {}, `${e.from} → ${e.to}: ${e.count} ${caused ? 'caused_by links' : 'calls'}${e.errors ? `, ${e.errors} errors` : ''}`));
     svg.append(p);
     const lx = (x1 + x2) / 2;
     const ly = forward ? (y1 + y2) / 2 - 4 : Math.max(y1, y2) + 48;
-    svg.append(el('text', { x: lx, y: ly, class: 'dep-elabel', 'text-anchor': 'middle' }, `${fmtInt(e.count)}${e.errors ? ` (${e.errors}!)` : ''}`));
+    svg.append(el('text', { x: lx, y: ly, class: 'dep-elabel', 'text-anchor': 'middle' }, `${fmtInt(e.count)}${e.errors ? ` · ${fmtInt(e.errors)} err` : ''}`));
   }
   for (const n of g.nodes) {
     const v = idx.get(n.id);

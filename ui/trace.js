@@ -232,10 +232,20 @@ function build() {
   dragZoom(mini, true);
   dragZoom(ruler, false);
   const onResize = () => renderAll();
-  window.addEventListener('resize', onResize);
   window.addEventListener('weft-theme', onResize);
+  // The waterfall changes width when the detail panel opens or the window resizes: bars are in
+  // percent, but the minimap and the link arrows are drawn in pixels.
+  let lastW = 0;
+  const ro = new ResizeObserver(() => {
+    const w = scroll.clientWidth;
+    if (w !== lastW) {
+      lastW = w;
+      renderAll();
+    }
+  });
+  ro.observe(scroll);
   S.cleanup = () => {
-    window.removeEventListener('resize', onResize);
+    ro.disconnect();
     window.removeEventListener('weft-theme', onResize);
   };
 }
@@ -648,13 +658,15 @@ function drawMinimap() {
   const d = S.data;
   const n = S.n;
   const rowsH = H - 6;
-  // One line per row (rows beyond the pixel height share lines).
-  const step = Math.max(1, Math.floor(n / (rowsH * 4)));
-  g.globalAlpha = n > 5000 ? 0.5 : 0.85;
-  for (let i = 0; i < n; i += step) {
-    g.fillStyle = colour(d.components[d.rows.comp[i]]);
-    const y = 6 + (i / n) * rowsH;
-    g.fillRect((S.start[i] / S.total) * W, y, Math.max(1, (S.dur[i] / S.total) * W), Math.max(1, rowsH / n));
+  // One line per row, top to bottom in tree order (rows beyond the pixel height share lines;
+  // every span is drawn, at least one pixel wide, so short spans in big traces still show).
+  const hRow = Math.max(1, rowsH / n);
+  const comp = d.rows.comp;
+  const fills = d.components.map((c) => colour(c));
+  g.globalAlpha = n > 2000 ? 0.7 : 0.9;
+  for (let i = 0; i < n; i++) {
+    g.fillStyle = fills[comp[i]];
+    g.fillRect((S.start[i] / S.total) * W, 6 + (i / n) * rowsH, Math.max(1, (S.dur[i] / S.total) * W), hRow);
   }
   g.globalAlpha = 1;
   g.fillStyle = getComputedStyle(document.documentElement).getPropertyValue('--cp').trim() || '#d33';

@@ -325,7 +325,7 @@ async fn trace(
                 Some((row, s(t), s(sp), if rel.is_empty() { "link".into() } else { rel }))
             })
             .collect();
-        serde_json::to_vec(&prep.to_json(&incoming)).unwrap_or_default()
+        prep.to_json(&incoming)
     })
     .await
     .map_err(|e| ApiError {

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde_json::{Value as J, json};
 use weft_analyze::critical_path::{CriticalPath, Tree, critical_path_with_tree};
 use weft_model::{LinkRelation, Span, SpanId, StatusCode, TraceId, conv};
 
@@ -91,85 +90,171 @@ impl Prepared {
         Prepared { trace_id, spans, parent, depth, subtree_end, by_id, critical, start_ns, end_ns, adjusted }
     }
 
-    /// The columnar JSON of the waterfall. `incoming`: links from spans of other traces to
+    /// The columnar JSON of the waterfall, written straight into bytes (no JSON tree: a
+    /// 100,000-span trace is ~7 MB of arrays). `incoming`: links from spans of other traces to
     /// spans of this one, as (to row, from trace hex, from span hex, relation).
-    pub fn to_json(&self, incoming: &[(usize, String, String, String)]) -> J {
+    pub fn to_json(&self, incoming: &[(usize, String, String, String)]) -> Vec<u8> {
+        use std::fmt::Write;
         let n = self.spans.len();
         let mut tables: [Interner; 3] = Default::default();
-        let (mut id, mut parent, mut depth, mut end) = (vec![], vec![], vec![], vec![]);
-        let (mut start, mut dur, mut svc, mut name, mut comp, mut kind, mut err) =
-            (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
-        let mut links = Vec::new();
-        let mut events = Vec::new();
-        const MAX_EVENTS: usize = 200_000;
-        for (i, s) in self.spans.iter().enumerate() {
-            id.push(J::String(s.span_id.to_string()));
-            parent.push(self.parent[i].map(|p| p as i64).unwrap_or(-1));
-            depth.push(self.depth[i]);
-            end.push(self.subtree_end[i]);
-            start.push(s.start_ns.saturating_sub(self.start_ns));
-            dur.push(s.duration_ns());
+        let mut svc = Vec::with_capacity(n);
+        let mut name = Vec::with_capacity(n);
+        let mut comp = Vec::with_capacity(n);
+        for s in &self.spans {
             let service = s.service_name();
             svc.push(tables[0].get(service));
             name.push(tables[1].get(&s.name));
             comp.push(tables[2].get(s.attributes.get_str(conv::COMPONENT).unwrap_or(service)));
-            kind.push(s.kind as u8);
-            err.push(u8::from(s.status.code == StatusCode::Error));
+        }
+        let mut o = String::with_capacity(n * 80 + 4096);
+        let str_json = |o: &mut String, v: &str| {
+            o.push_str(&serde_json::to_string(v).unwrap_or_else(|_| "\"\"".into()));
+        };
+        // `key: [f(0), f(1), ...]` over rows.
+        fn col(o: &mut String, key: &str, n: usize, mut f: impl FnMut(&mut String, usize)) {
+            let _ = write!(o, "\"{key}\":[");
+            for i in 0..n {
+                if i > 0 {
+                    o.push(',');
+                }
+                f(o, i);
+            }
+            o.push(']');
+        }
+        let _ = write!(
+            o,
+            "{{\"traceId\":\"{}\",\"startNs\":\"{}\",\"startMs\":{},\"durationNs\":{},\"spanCount\":{n},\"adjusted\":{},\"criticalNs\":{},",
+            self.trace_id,
+            self.start_ns,
+            self.start_ns as f64 / 1e6,
+            self.end_ns - self.start_ns,
+            self.adjusted,
+            self.critical.total_ns()
+        );
+        for (key, t) in ["services", "names", "components"].iter().zip(&tables) {
+            let _ = write!(o, "\"{key}\":[");
+            for (i, v) in t.list.iter().enumerate() {
+                if i > 0 {
+                    o.push(',');
+                }
+                str_json(&mut o, v);
+            }
+            o.push_str("],");
+        }
+        o.push_str("\"kinds\":[\"unspecified\",\"internal\",\"server\",\"client\",\"producer\",\"consumer\"],\"rows\":{");
+        col(&mut o, "id", n, |o, i| {
+            let _ = write!(o, "\"{}\"", self.spans[i].span_id);
+        });
+        o.push(',');
+        col(&mut o, "parent", n, |o, i| match self.parent[i] {
+            Some(p) => {
+                let _ = write!(o, "{p}");
+            }
+            None => o.push_str("-1"),
+        });
+        o.push(',');
+        col(&mut o, "depth", n, |o, i| {
+            let _ = write!(o, "{}", self.depth[i]);
+        });
+        o.push(',');
+        col(&mut o, "end", n, |o, i| {
+            let _ = write!(o, "{}", self.subtree_end[i]);
+        });
+        o.push(',');
+        col(&mut o, "start", n, |o, i| {
+            let _ = write!(o, "{}", self.spans[i].start_ns.saturating_sub(self.start_ns));
+        });
+        o.push(',');
+        col(&mut o, "dur", n, |o, i| {
+            let _ = write!(o, "{}", self.spans[i].duration_ns());
+        });
+        o.push(',');
+        col(&mut o, "svc", n, |o, i| {
+            let _ = write!(o, "{}", svc[i]);
+        });
+        o.push(',');
+        col(&mut o, "name", n, |o, i| {
+            let _ = write!(o, "{}", name[i]);
+        });
+        o.push(',');
+        col(&mut o, "comp", n, |o, i| {
+            let _ = write!(o, "{}", comp[i]);
+        });
+        o.push(',');
+        col(&mut o, "kind", n, |o, i| {
+            let _ = write!(o, "{}", self.spans[i].kind as u8);
+        });
+        o.push(',');
+        col(&mut o, "err", n, |o, i| {
+            o.push(if self.spans[i].status.code == StatusCode::Error { '1' } else { '0' });
+        });
+        o.push_str("},\"critical\":[");
+        for (k, c) in self.critical.sections.iter().enumerate() {
+            if k > 0 {
+                o.push(',');
+            }
+            let _ = write!(
+                o,
+                "[{},{},{}]",
+                c.span,
+                c.start_ns.saturating_sub(self.start_ns),
+                c.end_ns.saturating_sub(self.start_ns)
+            );
+        }
+        o.push_str("],\"links\":[");
+        let mut first = true;
+        for (i, s) in self.spans.iter().enumerate() {
             for l in &s.links {
                 let to = if l.trace_id == self.trace_id {
                     self.by_id.get(&l.span_id).map(|&r| r as i64)
                 } else {
                     None
                 };
-                links.push(json!([
-                    i,
-                    l.trace_id.to_string(),
-                    l.span_id.to_string(),
+                if !std::mem::take(&mut first) {
+                    o.push(',');
+                }
+                let _ = write!(
+                    o,
+                    "[{i},\"{}\",\"{}\",\"{}\",{}]",
+                    l.trace_id,
+                    l.span_id,
                     relation(l.relation),
                     to.unwrap_or(-1)
-                ]));
-            }
-            for e in &s.events {
-                if events.len() < MAX_EVENTS {
-                    events.push(json!([i, e.time_ns.saturating_sub(self.start_ns), e.name]));
-                }
+                );
             }
         }
-        let critical: Vec<J> = self
-            .critical
-            .sections
-            .iter()
-            .map(|c| {
-                json!([
-                    c.span,
-                    c.start_ns.saturating_sub(self.start_ns),
-                    c.end_ns.saturating_sub(self.start_ns)
-                ])
-            })
-            .collect();
-        let incoming: Vec<J> = incoming.iter().map(|(row, t, s, r)| json!([row, t, s, r])).collect();
-        let [services, names, components] = tables.map(|t| t.list);
-        json!({
-            "traceId": self.trace_id.to_string(),
-            "startNs": self.start_ns.to_string(),
-            "startMs": self.start_ns as f64 / 1e6,
-            "durationNs": self.end_ns - self.start_ns,
-            "spanCount": n,
-            "adjusted": self.adjusted,
-            "services": services,
-            "names": names,
-            "components": components,
-            "kinds": ["unspecified", "internal", "server", "client", "producer", "consumer"],
-            "rows": {
-                "id": id, "parent": parent, "depth": depth, "end": end, "start": start, "dur": dur,
-                "svc": svc, "name": name, "comp": comp, "kind": kind, "err": err,
-            },
-            "critical": critical,
-            "criticalNs": self.critical.total_ns(),
-            "links": links,
-            "incoming": incoming,
-            "events": events,
-        })
+        o.push_str("],\"incoming\":[");
+        for (k, (row, t, sp, rel)) in incoming.iter().enumerate() {
+            if k > 0 {
+                o.push(',');
+            }
+            let _ = write!(o, "[{row},");
+            str_json(&mut o, t);
+            o.push(',');
+            str_json(&mut o, sp);
+            o.push(',');
+            str_json(&mut o, rel);
+            o.push(']');
+        }
+        o.push_str("],\"events\":[");
+        const MAX_EVENTS: usize = 200_000;
+        let mut k = 0usize;
+        'ev: for (i, s) in self.spans.iter().enumerate() {
+            for e in &s.events {
+                if k == MAX_EVENTS {
+                    break 'ev;
+                }
+                if k > 0 {
+                    o.push(',');
+                }
+                let _ = write!(o, "[{i},{},", e.time_ns.saturating_sub(self.start_ns));
+                str_json(&mut o, &e.name);
+                o.push(']');
+                k += 1;
+            }
+        }
+        o.push_str("]}");
+        o.into_bytes()
     }
 }
 
