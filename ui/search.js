@@ -1,5 +1,6 @@
 // Search: criteria form (state in the URL), sortable result list, a duration-over-time scatter,
 // selection of two traces to compare.
+import { breakdownPanel } from './breakdown.js';
 import { h, api, fmtDur, fmtTime, fmtAgo, fmtInt, colour, href, errorBox, spinner, shortId } from './util.js';
 
 const SORTS = {
@@ -119,8 +120,7 @@ function submit(e) {
     const v = f.elements[k] && f.elements[k].value.trim();
     if (v) p[k] = v;
   }
-  const sort = state.params.get('sort');
-  if (sort) p.sort = sort;
+  for (const k of ['sort', 'bd']) if (state.params.get(k)) p[k] = state.params.get(k);
   const url = href(['search'], p);
   if (url === location.hash) run(new URLSearchParams(url.split('?')[1] || ''));
   else location.hash = url;
@@ -162,6 +162,7 @@ function showResults() {
     h('strong', `${traces.length} trace${traces.length === 1 ? '' : 's'}`),
     h('span.muted', ` in ${state.result.elapsedMs.toFixed(0)} ms`),
     h('span.grow'),
+    h('button#bd-results', { class: state.params.get('bd') ? 'on' : '', title: 'Critical-path time per service or component over these traces', onclick: () => setBreakdown(state.params.get('bd') ? null : 'service') }, 'Breakdown'),
     compareBtn,
     h(
       'label.sort',
@@ -218,7 +219,17 @@ function showResults() {
       ),
     ),
   );
-  res.replaceChildren(head, scatter(traces), list);
+  const bd = state.params.get('bd');
+  res.replaceChildren(head, bd ? breakdownPanel(traces.map((t) => t.traceId), bd, setBreakdown) : scatter(traces), list);
+}
+
+function setBreakdown(by) {
+  const p = Object.fromEntries(state.params.entries());
+  if (by) p.bd = by;
+  else delete p.bd;
+  history.replaceState(null, '', href(['search'], p));
+  state.params = new URLSearchParams(p);
+  showResults();
 }
 
 function setSort(k) {

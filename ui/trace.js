@@ -1,6 +1,7 @@
 // Trace view: a virtualized waterfall (only the rows on screen exist in the DOM, so 100,000
 // spans scroll like 100), a minimap to zoom and pan, the critical path, span details with
 // annotations and links, and link arrows that can be followed across components and traces.
+import { breakdownPanel } from './breakdown.js';
 import { h, api, fmtDur, fmtTime, fmtInt, colour, href, route, replaceParams, errorBox, spinner, shortId, toast, ANNOTATIONS } from './util.js';
 
 const RH = 24; // row height, px
@@ -175,6 +176,7 @@ function build() {
     h('button#zoom-out', { onclick: () => zoomBy(2, 0.5), title: 'Zoom out (Ctrl+wheel over the bars)' }, '−'),
     h('button#zoom-in', { onclick: () => zoomBy(0.5, 0.5), title: 'Zoom in (Ctrl+wheel over the bars; drag on the minimap or ruler)' }, '+'),
     h('button#zoom-reset', { onclick: () => setZoom(0, 1), title: 'Whole trace' }, 'Reset zoom'),
+    h('button#bd-toggle', { class: S.params.get('bd') ? 'on' : '', title: 'Critical-path time per service or component (stacked bar)', onclick: toggleBreakdown }, 'Breakdown'),
     h('span.sep'),
     h('input#find', { placeholder: 'Find span… (Enter: next)', spellcheck: 'false', oninput: (e) => find(e.target.value), onkeydown: (e) => e.key === 'Enter' && (e.preventDefault(), nextMatch(e.shiftKey ? -1 : 1)) }),
     h('span#find-count.muted'),
@@ -203,6 +205,7 @@ function build() {
       d.adjusted ? h('span.badge', 'clock skew adjusted') : null,
     ),
     toolbar,
+    h('div.bd-slot'),
   );
   const mini = h('div.minimap', { title: 'Drag to zoom into a time range; click to centre' }, h('canvas'), h('div.mini-win'), h('div.mini-sel'));
   const ruler = h('div.ruler');
@@ -219,6 +222,7 @@ function build() {
   const detail = h('aside.detail', { hidden: true });
   const page = h('div.trace-page', head, mini, h('div.trace-body', wf, detail));
   S.el.replaceChildren(page);
+  if (S.params.get('bd')) showBreakdown(head.querySelector('.bd-slot'), S.params.get('bd'));
   Object.assign(S, { page, mini, ruler, rows, svg, spacer, scroll, wf, detail, pool: [] });
 
   let raf = 0;
@@ -712,6 +716,24 @@ function drawRuler() {
 
 // ---------------------------------------------------------------------------------------------
 // Toolbar actions
+
+function showBreakdown(slot, by) {
+  slot.replaceChildren(
+    breakdownPanel([S.data.traceId], by, (k) => {
+      setParam('bd', k);
+      showBreakdown(slot, k);
+    }),
+  );
+}
+
+function toggleBreakdown(e) {
+  const slot = S.page.querySelector('.bd-slot');
+  const on = !S.params.get('bd');
+  e.target.classList.toggle('on', on);
+  setParam('bd', on ? 'component' : null);
+  if (on) showBreakdown(slot, 'component');
+  else slot.replaceChildren();
+}
 
 function toggleCp(e) {
   S.cp = !S.cp;

@@ -38,6 +38,7 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     asset!("compare.js", "text/javascript; charset=utf-8"),
     asset!("deps.js", "text/javascript; charset=utf-8"),
     asset!("sql.js", "text/javascript; charset=utf-8"),
+    asset!("breakdown.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Routes: the UI page, its assets, its JSON API.

@@ -309,3 +309,35 @@ fn attribute_terms_parse() {
     assert!(parse_attrs("k=\"open").is_err());
     assert!(parse_attrs("   ").unwrap().is_empty());
 }
+
+#[test]
+fn breakdown_splits_each_critical_path() {
+    let s = TestServer::start();
+    let now = weft_model::time::now_unix_nanos();
+    let mut v = woven_request(70, now - 60_000_000_000);
+    let shop = spans(34, 300);
+    v.extend(shop.iter().cloned());
+    post(&s, &v);
+    let client = trace_named(&v, "host0", "rpc_call echo");
+    let ids: Vec<String> =
+        by_trace(&shop).keys().map(|t| t.to_string()).chain([client.to_string()]).collect();
+    let r = s.get_json(&format!("/api/ui/breakdown?by=service&traces={}", ids.join(",")));
+    let rows = r["traces"].as_array().unwrap();
+    assert_eq!(rows.len(), ids.len());
+    let mut total = 0;
+    for t in rows {
+        let parts: u64 = t["parts"].as_array().unwrap().iter().map(|p| p[1].as_u64().unwrap()).sum();
+        assert_eq!(parts, t["criticalNs"].as_u64().unwrap(), "parts add up to the critical path");
+        assert!(parts <= t["durationNs"].as_u64().unwrap());
+        total += parts;
+    }
+    let totals: u64 = r["totals"].as_array().unwrap().iter().map(|p| p[1].as_u64().unwrap()).sum();
+    assert_eq!(totals, total);
+    let one = s.get_json(&format!("/api/ui/breakdown?by=component&traces={client}"));
+    let keys: Vec<&str> = one["totals"].as_array().unwrap().iter().map(|p| p[0].as_str().unwrap()).collect();
+    assert!(keys.contains(&"host0") && keys.contains(&"nic0"), "{keys:?}");
+    assert_eq!(s.get("/api/ui/breakdown").0, 400);
+    assert_eq!(s.get("/api/ui/breakdown?traces=zz").0, 400);
+    let gone = s.get_json("/api/ui/breakdown?traces=0123456789abcdef0123456789abcdef");
+    assert_eq!(gone["missing"].as_array().unwrap().len(), 1);
+}

@@ -80,6 +80,30 @@ fn trace_of(spans: &[Span], pred: impl Fn(&Span) -> bool) -> TraceId {
     spans.iter().find(|s| pred(s)).map(|s| s.trace_id).expect("generated span")
 }
 
+/// The UI's trace endpoint next to the Zipkin v2 trace endpoint for the same 100K-span trace,
+/// in the same run (second reads: both warm).
+fn peer_figures(url: &str, id: &TraceId) -> Vec<String> {
+    let agent = agent();
+    let mut out = Vec::new();
+    for (what, path) in [
+        ("ui_trace_api", format!("/api/ui/trace/{id}")),
+        ("zipkin_v2_trace_api", format!("/api/v2/trace/{id}")),
+    ] {
+        let mut best = f64::MAX;
+        let mut bytes = 0;
+        for _ in 0..2 {
+            let t = Instant::now();
+            if let Ok(mut r) = agent.get(&format!("{url}{path}")).call() {
+                bytes = r.body_mut().with_config().limit(1 << 30).read_to_vec().map(|b| b.len()).unwrap_or(0);
+            }
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        out.push(format!("metric big_trace_{what}_ms {best:.1}"));
+        out.push(format!("metric big_trace_{what}_mb {:.1}", bytes as f64 / 1e6));
+    }
+    out
+}
+
 fn screenshots_dir() -> PathBuf {
     // target/debug/weft → target/ui-screenshots
     let exe = Path::new(env!("CARGO_BIN_EXE_weft"));
@@ -191,7 +215,17 @@ fn web_ui_in_headless_chromium() {
         }
     }
     let status = child.wait().expect("node");
-    println!("ui: screenshots in {}", shots.display());
+    // Measurements go to stderr directly (past the test harness's capture, so a passing run
+    // shows them too) and to a file beside the screenshots.
+    let mut report: Vec<String> = lines.iter().filter(|l| l.starts_with("metric ")).cloned().collect();
+    report.extend(peer_figures(&server.url, &big_id));
+    report.push(format!("screenshots {}", shots.display()));
+    let text: String = report.iter().map(|l| format!("ui: {l}\n")).collect();
+    {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+    let _ = std::fs::write(shots.join("metrics.txt"), &text);
     assert!(
         status.success() && lines.iter().any(|l| l == "UI BROWSER TESTS PASSED"),
         "browser tests failed (see the output above and {}/zz-failure.png)",

@@ -94,6 +94,16 @@ try {
   ok('search lists traces, longest first');
   await page.selectOption('#sort', 'newest');
   check((await page.locator('.trace-item').count()) === n, 'sorting keeps the results');
+  // Breakdown across the search result (the big trace is left out: a shop-only search).
+  await go('#/search?service=frontend&lookback=all&limit=60&bd=service');
+  await page.waitForSelector('.bd-row');
+  const bdRows = await page.locator('.bd-row').count();
+  const items = await page.locator('.trace-item').count();
+  check(bdRows === items && items > 10, `one breakdown bar per result (${bdRows} of ${items})`);
+  await shot('01b-search-breakdown');
+  await page.click('.breakdown [data-by="component"]');
+  await page.waitForSelector('.breakdown [data-by="component"].on');
+  ok('breakdown across the search result');
   await go('#/search?service=checkout&lookback=all&limit=20');
   await page.waitForSelector('.trace-item');
   const chips = await page.$$eval('.trace-item', (items) => items.map((i) => i.textContent.includes('checkout')));
@@ -189,6 +199,13 @@ try {
   await clickRow('ns3/link sw1-h', 'propagate');
   await follow(w.client, 'nic0: rx');
   await shot('08-woven-back-at-client');
+  // Breakdown of this request's critical path by component.
+  await page.click('#bd-toggle');
+  await page.waitForSelector('.breakdown .stack span');
+  const bdKeys = await page.$eval('.breakdown', (e) => e.dataset.keys.split(','));
+  check(bdKeys.includes('host0') && bdKeys.includes('nic0'), `breakdown parts ${bdKeys}`);
+  await shot('08b-woven-breakdown');
+  await page.click('#bd-toggle');
   ok('followed caused_by links host0 → nic0 → ns3 → nic1 → host1 → nic1 → ns3 → nic0');
   // Badges on rows follow too.
   await clickRow('nic0', 'rx');
