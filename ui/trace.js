@@ -55,7 +55,7 @@ async function load(params) {
   S.t.prepareMs = performance.now() - t2;
   build();
   const t3 = performance.now();
-  renderAll();
+  relayout();
   S.t.renderMs = performance.now() - t3;
   S.t.totalMs = performance.now() - t0;
   S.el.querySelector('.waterfall').dataset.ready = '1';
@@ -92,6 +92,7 @@ function prepare(d) {
   S.out = new Map(); // row → [{trace, span, rel, to}]
   S.inn = new Map(); // row → [{trace, span, rel, from}]
   const push = (m, k, v) => (m.has(k) ? m.get(k).push(v) : m.set(k, [v]));
+  S.hasInnerLinks = d.links.some((l) => l[4] >= 0);
   for (const [row, trace, span, rel, to] of d.links) {
     push(S.out, row, { trace, span, rel, to });
     if (to >= 0) push(S.inn, to, { trace: d.traceId, span: R.id[row], rel, from: row });
@@ -235,7 +236,7 @@ function build() {
   rows.addEventListener('click', onRowClick);
   dragZoom(mini, true);
   dragZoom(ruler, false);
-  const onResize = () => renderAll();
+  const onResize = () => relayout();
   window.addEventListener('weft-theme', onResize);
   // The waterfall changes width when the detail panel opens or the window resizes: bars are in
   // percent, but the minimap and the link arrows are drawn in pixels.
@@ -244,7 +245,7 @@ function build() {
     const w = scroll.clientWidth;
     if (w !== lastW) {
       lastW = w;
-      renderAll();
+      relayout();
     }
   });
   ro.observe(scroll);
@@ -254,12 +255,23 @@ function build() {
   };
 }
 
+// Everything but the minimap (which depends only on the data and the width).
 function renderAll() {
   if (!S || !S.spacer) return;
   S.spacer.style.height = `${S.vis.length * RH}px`;
-  drawMinimap();
   drawRuler();
   renderRows();
+}
+
+// After a size change: geometry the link arrows need, measured once here (reading layout in
+// every scroll frame would force a synchronous layout per frame), and the minimap.
+function relayout() {
+  if (!S || !S.spacer) return;
+  if (!S.pool.length) renderAll();
+  const track = S.rows.querySelector('.row:not([style*="display: none"]) .track');
+  S.geo = track ? { labW: track.offsetLeft, trackW: track.offsetWidth, width: S.spacer.clientWidth } : null;
+  drawMinimap();
+  renderAll();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -281,6 +293,13 @@ function makeRow() {
 
 function renderRows() {
   if (!S || !S.vis) return;
+  const t0 = performance.now();
+  renderRowsInner();
+  // Tests read the JS time per render (frame intervals include layout and paint).
+  if (window.__weftProfile) window.__weftProfile.push(performance.now() - t0);
+}
+
+function renderRowsInner() {
   const d = S.data;
   const R = d.rows;
   const top = S.scroll.scrollTop;
@@ -372,12 +391,11 @@ function renderRows() {
 // Arrows for links inside this trace whose rows are both shown: cause end → effect start.
 function drawLinks(first, last) {
   const svg = S.svg;
+  if (!S.hasInnerLinks) return;
   svg.replaceChildren();
-  const trackLeft = S.rows.querySelector('.track');
-  if (!trackLeft) return;
-  const labW = trackLeft.offsetLeft;
-  const trackW = trackLeft.offsetWidth;
-  svg.setAttribute('width', S.spacer.clientWidth);
+  if (!S.geo) return;
+  const { labW, trackW } = S.geo;
+  svg.setAttribute('width', S.geo.width);
   svg.setAttribute('height', S.vis.length * RH);
   const NS = 'http://www.w3.org/2000/svg';
   const px = (ns) => labW + (x(ns) / 100) * trackW;

@@ -68,22 +68,30 @@ export function fmtAgo(ms) {
   return `${Math.round(s / 86400)} d ago`;
 }
 
+/** 12345 → "12,345" (without toLocaleString, which is slow in hot render paths). */
 export function fmtInt(n) {
-  return Number(n).toLocaleString('en-US');
+  const s = String(Math.round(Number(n)));
+  return s.replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 }
 
-// Stable colour per name (service, component), readable on both themes.
+// Colour per name (service, component): a hash picks a palette slot; a slot already taken by
+// another name this page moves to the next free one, so names on screen together differ.
 const PALETTE = [
   '#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#e15759', '#76b7b2', '#edc948', '#9c755f',
-  '#ff9da7', '#86bcb6', '#d37295', '#8cd17d', '#a0cbe8', '#ffbe7d', '#499894', '#bab0ac',
+  '#ff9da7', '#2f9e9e', '#d37295', '#8cd17d', '#a0cbe8', '#e8a33d', '#6b5fb5', '#bab0ac',
+  '#c44e52', '#55a868', '#8172b2', '#937860',
 ];
 const colourCache = new Map();
+const taken = new Set();
 export function colour(name) {
   let c = colourCache.get(name);
   if (!c) {
     let x = 2166136261;
     for (let i = 0; i < name.length; i++) x = Math.imul(x ^ name.charCodeAt(i), 16777619);
-    c = PALETTE[(x >>> 0) % PALETTE.length];
+    let slot = (x >>> 0) % PALETTE.length;
+    for (let k = 0; k < PALETTE.length && taken.has(slot); k++) slot = (slot + 1) % PALETTE.length;
+    if (taken.size < PALETTE.length) taken.add(slot);
+    c = PALETTE[slot];
     colourCache.set(name, c);
   }
   return c;

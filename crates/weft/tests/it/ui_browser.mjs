@@ -294,6 +294,7 @@ try {
   await shot('16-big-trace');
   // Scroll: one screen per frame for 240 frames, then random jumps; record frame intervals.
   const frames = await page.evaluate(async () => {
+    window.__weftProfile = [];
     const sc = document.querySelector('.wf-scroll');
     const out = { intervals: [], work: [] };
     let last = performance.now();
@@ -314,6 +315,8 @@ try {
       out.intervals.push(now - last);
       last = now;
     }
+    out.render = window.__weftProfile;
+    window.__weftProfile = null;
     return out;
   });
   const q = (a, p) => {
@@ -324,6 +327,8 @@ try {
   metric('big_trace_scroll_frame_p50_ms', q(frames.intervals, 0.5));
   metric('big_trace_scroll_frame_p95_ms', q(frames.intervals, 0.95));
   metric('big_trace_scroll_frame_max_ms', Math.max(...frames.intervals));
+  metric('big_trace_scroll_render_js_p50_ms', q(frames.render, 0.5));
+  metric('big_trace_scroll_render_js_p95_ms', q(frames.render, 0.95));
   // The bottom renders the last span.
   await page.evaluate(() => {
     const sc = document.querySelector('.wf-scroll');
