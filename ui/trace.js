@@ -183,11 +183,6 @@ function build() {
     h('span#find-count.muted'),
     h('span.grow'),
     h('label.check', { title: 'Shift spans of hosts whose clocks disagree (read-time clock-skew adjustment)' }, h('input#adjust', { type: 'checkbox', checked: S.params.get('adjust') === '1', onchange: (e) => (location.hash = href(['trace', S.id], { adjust: e.target.checked ? '1' : '' })) }), ' adjust skew'),
-    h(
-      'form.cmp',
-      { onsubmit: (e) => (e.preventDefault(), compareWith(e.target.other.value)) },
-      h('input', { name: 'other', placeholder: 'compare with trace id', spellcheck: 'false' }),
-    ),
   );
   const head = h(
     'div.trace-head',
@@ -204,6 +199,11 @@ function build() {
       h('span.muted', fmtTime(d.startMs)),
       h('code.muted', { title: 'trace id' }, d.traceId),
       d.adjusted ? h('span.badge', 'clock skew adjusted') : null,
+      h(
+        'form.cmp',
+        { onsubmit: (e) => (e.preventDefault(), compareWith(e.target.other.value)) },
+        h('input', { name: 'other', placeholder: 'compare with trace id…', spellcheck: 'false', title: 'Compare this trace with another (Enter)' }),
+      ),
     ),
     toolbar,
     h('div.bd-slot'),

@@ -359,3 +359,54 @@ mod tests {
         assert!(cp.total_ns() <= 1000);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+    use weft_model::{Span, SpanId, TraceId};
+
+    use super::critical_path;
+
+    /// Random trees (each span's parent is an earlier span, or none), random — possibly
+    /// skewed — intervals.
+    fn trees() -> impl Strategy<Value = Vec<Span>> {
+        prop::collection::vec((any::<u16>(), 0u64..2_000, 0u64..600, any::<bool>()), 1..120).prop_map(|v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, (p, start, len, orphan))| Span {
+                    trace_id: TraceId::from_u128(1),
+                    span_id: SpanId::from_u64(i as u64 + 1),
+                    parent_span_id: if i == 0 {
+                        None
+                    } else if orphan && p % 7 == 0 {
+                        Some(SpanId::from_u64(10_000 + p as u64))
+                    } else {
+                        Some(SpanId::from_u64(p as u64 % i as u64 + 1))
+                    },
+                    start_ns: start,
+                    end_ns: start + len,
+                    ..Span::default()
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn sections_are_ordered_disjoint_and_inside_the_root(t in trees()) {
+            let cp = critical_path(&t);
+            prop_assert!(!cp.sections.is_empty());
+            for w in cp.sections.windows(2) {
+                prop_assert!(w[0].end_ns <= w[1].start_ns);
+            }
+            let last = cp.sections[cp.sections.len() - 1];
+            prop_assert!(cp.sections.iter().all(|s| s.start_ns <= s.end_ns && s.span < t.len()));
+            // The path ends where the latest-ending root ends, and never exceeds its span.
+            let roots_end = t.iter().filter(|s| s.parent_span_id.is_none_or(|p| !t.iter().any(|x| x.span_id == p))).map(|s| s.end_ns).max();
+            prop_assert_eq!(Some(last.end_ns), roots_end);
+            // Disjoint sections inside [earliest start, end]: the path is never longer.
+            let min_start = t.iter().map(|s| s.start_ns).min().unwrap_or(0);
+            prop_assert!(cp.total_ns() <= last.end_ns - min_start);
+        }
+    }
+}
