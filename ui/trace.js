@@ -179,7 +179,7 @@ function build() {
     h('button#zoom-reset', { onclick: () => setZoom(0, 1), title: 'Whole trace' }, 'Reset zoom'),
     h('button#bd-toggle', { class: S.params.get('bd') ? 'on' : '', title: 'Critical-path time per service or component (stacked bar)', onclick: toggleBreakdown }, 'Breakdown'),
     h('span.sep'),
-    h('input#find', { placeholder: 'Find span… (Enter: next)', spellcheck: 'false', oninput: (e) => find(e.target.value), onkeydown: (e) => e.key === 'Enter' && (e.preventDefault(), nextMatch(e.shiftKey ? -1 : 1)) }),
+    h('input#find', { placeholder: 'Find span…', title: 'Find spans by name, service or component; Enter jumps to the next match', spellcheck: 'false', oninput: (e) => find(e.target.value), onkeydown: (e) => e.key === 'Enter' && (e.preventDefault(), nextMatch(e.shiftKey ? -1 : 1)) }),
     h('span#find-count.muted'),
     h('span.grow'),
     h('label.check', { title: 'Shift spans of hosts whose clocks disagree (read-time clock-skew adjustment)' }, h('input#adjust', { type: 'checkbox', checked: S.params.get('adjust') === '1', onchange: (e) => (location.hash = href(['trace', S.id], { adjust: e.target.checked ? '1' : '' })) }), ' adjust skew'),
