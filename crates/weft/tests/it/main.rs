@@ -1,3 +1,3 @@
-//! Integration tests of the `weft` binary (one test binary: link time).
+//! Integration tests of the `weft` binary.
 
 mod ui;
