@@ -1,3 +1,4 @@
 //! Integration tests of the `weft` binary.
 
 mod record;
+mod ui;
