@@ -10,12 +10,18 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
 }
 
-/// The directory holding libweft_probe_c.{a,so} (target/<profile>/), next to deps/.
+/// The directory holding libweft_probe_c.{a,so}: `target/<profile>/deps/` (where `cargo test`
+/// builds the library's staticlib and cdylib next to this test binary) or `target/<profile>/`
+/// (where `cargo build` puts them).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    assert!(dir.join("libweft_probe_c.a").exists(), "libweft_probe_c.a not built in {}", dir.display());
-    dir
+    let deps = exe.parent().unwrap().to_path_buf();
+    let candidates = [deps.clone(), deps.parent().unwrap().to_path_buf()];
+    candidates
+        .iter()
+        .find(|d| d.join("libweft_probe_c.a").exists() && d.join("libweft_probe_c.so").exists())
+        .cloned()
+        .unwrap_or_else(|| panic!("libweft_probe_c.a/.so not built in {} or its parent", deps.display()))
 }
 
 fn gcc(out: &Path, shared: bool) {
