@@ -20,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod ctf;
 pub mod drive;
 pub mod error;
 pub mod parse;

@@ -1,4 +1,5 @@
 //! Integration tests of weft-sources: every fixture, property tests, the FIFO reader.
 
+mod ctf;
 mod fixtures;
 mod props;
