@@ -15,6 +15,9 @@ use weft_model::{Event, EventKind, Value};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Bt {
     Int(i128),
+    /// An integer printed in hex: babeltrace2 prints a negative signed field's two's
+    /// complement bits, so only the low bits can be compared.
+    Hex(u128),
     Float(f64),
     Str(String),
     Struct(Vec<(String, Bt)>),
@@ -268,7 +271,7 @@ impl P<'_> {
         }
         let t = std::str::from_utf8(&self.s[start..self.i]).map_err(|e| e.to_string())?;
         if let Some(h) = t.strip_prefix("0x") {
-            return i128::from_str_radix(h, 16).map(Bt::Int).map_err(|_| format!("bad hex {t}"));
+            return u128::from_str_radix(h, 16).map(Bt::Hex).map_err(|_| format!("bad hex {t}"));
         }
         if let Some(h) = t.strip_prefix("-0x") {
             return i128::from_str_radix(h, 16).map(|v| Bt::Int(-v)).map_err(|_| format!("bad hex {t}"));
@@ -305,9 +308,13 @@ fn member(key: &str, v: &Bt, out: &mut Vec<(String, Value)>) {
     }
 }
 
+/// Marks a hex integer in the mapped values (compared on its printed bits by [`same`]).
+const HEX: &str = "\0hex";
+
 fn value(v: &Bt) -> Value {
     match v {
         Bt::Int(i) => Value::I64(*i as u64 as i64),
+        Bt::Hex(h) => Value::Map(vec![weft_model::KeyValue::new(HEX, Value::I64(*h as u64 as i64))]),
         Bt::Float(f) => Value::F64(*f),
         Bt::Str(s) => Value::Str(s.clone()),
         Bt::Array(a) => Value::Array(a.iter().map(value).collect()),
@@ -322,6 +329,17 @@ fn value(v: &Bt) -> Value {
 /// Values equal, floats within `rel` relative error (babeltrace2 prints floats rounded).
 pub fn same(a: &Value, b: &Value, rel: f64) -> bool {
     match (a, b) {
+        // Hex: babeltrace2 printed the field's bits; compare as many low bits as it printed
+        // (rounded up to a whole integer size).
+        (Value::I64(ours), Value::Map(m)) | (Value::Map(m), Value::I64(ours))
+            if m.len() == 1 && m[0].key == HEX =>
+        {
+            let Value::I64(bits) = m[0].value else { return false };
+            let bits = bits as u64;
+            let width = [8u32, 16, 32, 64].into_iter().find(|w| *w == 64 || bits >> w == 0).unwrap_or(64);
+            let mask = if width == 64 { u64::MAX } else { (1u64 << width) - 1 };
+            (*ours as u64) & mask == bits && (*ours >= 0 || width < 64 || bits == *ours as u64)
+        }
         // babeltrace2 prints integral floats without a point ("2222"): compare numerically.
         (Value::F64(x), Value::I64(y)) | (Value::I64(y), Value::F64(x)) => *x == *y as f64,
         (Value::F64(x), Value::F64(y)) => {
@@ -344,10 +362,14 @@ pub struct Comparison {
     pub events: usize,
     pub fields: usize,
     pub mismatches: Vec<String>,
+    /// Empty strings babeltrace2 2.0.4 showed with an earlier value of the same field (its
+    /// bug; the bytes hold an empty string — see `lttng.rs`).
+    pub stale_empty_strings: usize,
 }
 
-/// An event reduced to what both sides show: time, name, flattened fields, CPU.
-type Flat = (u128, String, Vec<(String, Value)>, Option<u32>);
+/// An event reduced to what both sides show: time, name, flattened fields, CPU, and for
+/// babeltrace2 whether each field's value was shown before (same CPU, event class and field).
+type Flat = (u128, String, Vec<(String, Value)>, Option<u32>, Vec<bool>);
 
 /// Compares weft's events with babeltrace2's, field by field. `ts_ns`: babeltrace2 was run
 /// with `--clock-seconds` (compare `time_ns`), else `--clock-cycles` (compare `raw_time`).
@@ -369,9 +391,11 @@ pub fn compare(weft: &[Event], bt: &[BtEvent], ts_ns: bool) -> Comparison {
                 t.name.to_string(),
                 t.fields.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect(),
                 t.cpu,
+                Vec::new(),
             )
         })
         .collect();
+    let mut seen: std::collections::HashSet<(Option<u32>, String, String, String)> = Default::default();
     let mut b: Vec<Flat> = bt
         .iter()
         .map(|e| {
@@ -388,15 +412,19 @@ pub fn compare(weft: &[Event], bt: &[BtEvent], ts_ns: bool) -> Comparison {
             let cpu = match e.section("stream.packet.context") {
                 Some(Bt::Struct(p)) => p.iter().find(|(k, _)| k == "cpu_id").and_then(|(_, v)| match v {
                     Bt::Int(i) => Some(*i as u32),
+                    Bt::Hex(i) => Some(*i as u32),
                     _ => None,
                 }),
                 _ => None,
             };
-            (e.timestamp.unwrap_or(0), e.name.clone(), f, cpu)
+            let prev = f
+                .iter()
+                .map(|(k, v)| !seen.insert((cpu, e.name.clone(), k.clone(), format!("{v:?}"))))
+                .collect();
+            (e.timestamp.unwrap_or(0), e.name.clone(), f, cpu, prev)
         })
         .collect();
-    let key =
-        |x: &(u128, String, Vec<(String, Value)>, Option<u32>)| (x.0, x.1.clone(), format!("{:?}", x.2));
+    let key = |x: &Flat| (x.0, x.1.clone(), format!("{:?}", x.2));
     w.sort_by_key(key);
     b.sort_by_key(key);
     for (i, (we, be)) in w.iter().zip(&b).enumerate() {
@@ -418,8 +446,16 @@ pub fn compare(weft: &[Event], bt: &[BtEvent], ts_ns: bool) -> Comparison {
             bad(format!("{} fields vs babeltrace2 {}: {:?} / {:?}", we.2.len(), be.2.len(), we.2, be.2));
             continue;
         }
-        for ((wk, wv), (bk, bv)) in we.2.iter().zip(&be.2) {
+        for (j, ((wk, wv), (bk, bv))) in we.2.iter().zip(&be.2).enumerate() {
             c.fields += 1;
+            if wk == bk
+                && *wv == Value::Str(String::new())
+                && matches!(bv, Value::Str(s) if !s.is_empty())
+                && be.4.get(j) == Some(&true)
+            {
+                c.stale_empty_strings += 1;
+                continue;
+            }
             // babeltrace2 prints floating point with 6 significant digits (%g).
             if wk != bk || !same(wv, bv, 1e-5) {
                 bad(format!("field {wk} = {wv:?} vs babeltrace2 {bk} = {bv:?}"));
@@ -437,7 +473,7 @@ fn parses_babeltrace2_lines() {
     assert_eq!(e.name, "weft_test:all_types");
     let Some(Bt::Struct(f)) = e.section("event.fields") else { panic!() };
     assert_eq!(f[0], ("i8".into(), Bt::Int(-5)));
-    assert_eq!(f[1].1, Bt::Int(0xDEADBEEF));
+    assert_eq!(f[1].1, Bt::Hex(0xDEADBEEF));
     assert_eq!(f[2].1, Bt::Float(1.5));
     assert_eq!(f[3].1, Bt::Str("a\"b\\".into()));
     assert_eq!(f[4].1, Bt::Enum { labels: vec!["GREEN".into()], value: 3 });

@@ -2,4 +2,5 @@
 
 mod bt2;
 mod errors;
+mod lttng;
 mod synth;
