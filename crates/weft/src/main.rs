@@ -31,6 +31,8 @@ enum Command {
     Query(cmd::query::Args),
     /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
     Loadgen(cmd::loadgen::Args),
+    /// Import recorded traces: `weft import ctf TRACE_DIR` (LTTng/CTF: BlkKin spans, every event).
+    Import(cmd::import::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -44,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
+        Command::Import(a) => cmd::import::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

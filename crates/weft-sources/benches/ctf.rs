@@ -1,0 +1,121 @@
+//! CTF decoding throughput on a 1M-event LTTng-layout trace, with babeltrace2 (the reference
+//! reader, `-c sink.utils.dummy`: decode only) measured on the same trace in the same run.
+//!
+//!     cargo bench -p weft-sources --bench ctf
+//!
+//! The trace is written by `weft_sources::ctf::synth` (LTTng-UST layout: `large` event
+//! headers, a `vtid` context, one `int32` payload field — LTTng's "small events"; 4 MiB
+//! packets) and checked to read back identically in babeltrace2 before timing. Reported per
+//! core: one decoding thread.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use weft_sources::ctf::synth::{Header, SynthOptions, write_trace};
+use weft_sources::ctf::{CtfTrace, DecodeOptions, StreamDecoder};
+
+const EVENTS: u64 = 1_000_000;
+
+fn decoders(dir: &Path) -> Vec<StreamDecoder> {
+    let t = CtfTrace::open(dir).expect("open trace");
+    t.decoders(&DecodeOptions::default()).expect("open streams")
+}
+
+fn decode_all(dir: &Path) -> u64 {
+    let mut n = 0;
+    for mut d in decoders(dir) {
+        while d.next_event().expect("decode") {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn convert_all(dir: &Path) -> u64 {
+    let mut n = 0;
+    for mut d in decoders(dir) {
+        while d.next_event().expect("decode") {
+            let e = d.event().to_event(weft_model::SourceId(0));
+            n += std::hint::black_box(&e).raw_time & 1;
+            n += 1 - (e.raw_time & 1);
+        }
+    }
+    n
+}
+
+fn babeltrace2_dummy(dir: &Path) -> Duration {
+    let t0 = Instant::now();
+    let st = Command::new("babeltrace2")
+        .arg(dir)
+        .args(["-c", "sink.utils.dummy"])
+        .status()
+        .expect("run babeltrace2");
+    assert!(st.success(), "babeltrace2 failed");
+    t0.elapsed()
+}
+
+fn babeltrace2_count(dir: &Path) -> u64 {
+    let out = Command::new("babeltrace2").arg(dir).output().expect("run babeltrace2");
+    assert!(out.status.success(), "babeltrace2 failed: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout.iter().filter(|b| **b == b'\n').count() as u64
+}
+
+fn bench(c: &mut Criterion) {
+    let have_bt2 =
+        Command::new("babeltrace2").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    assert!(have_bt2, "babeltrace2 is missing: run .ci/test (it installs .ci/apt-packages)");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let opts = SynthOptions {
+        events: EVENTS,
+        streams: 1,
+        packet_bytes: 4 << 20,
+        header: Header::Large,
+        small_only: true,
+        ..SynthOptions::default()
+    };
+    let sum = write_trace(tmp.path(), &opts).expect("write trace");
+    let dir = tmp.path();
+    assert_eq!(decode_all(dir), EVENTS);
+    assert_eq!(babeltrace2_count(dir), EVENTS, "babeltrace2 reads the generated trace");
+    eprintln!(
+        "trace: {} events, {} packets, {} extended headers, {} timestamp wraps",
+        sum.events, sum.packets, sum.extended, sum.wraps
+    );
+
+    let mut g = c.benchmark_group("ctf_1M_small_events");
+    g.throughput(Throughput::Elements(EVENTS));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(8));
+    g.bench_function("weft_decode", |b| b.iter(|| decode_all(dir)));
+    g.bench_function("weft_decode_to_events", |b| b.iter(|| convert_all(dir)));
+    g.bench_function("babeltrace2_dummy", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| babeltrace2_dummy(dir)).sum())
+    });
+    g.finish();
+
+    // A mixed trace: every field kind, both headers' extended forms, bit fields.
+    let tmp2 = tempfile::tempdir().expect("temp dir");
+    let mixed = SynthOptions {
+        events: EVENTS,
+        streams: 1,
+        packet_bytes: 4 << 20,
+        header: Header::Compact,
+        ..SynthOptions::default()
+    };
+    write_trace(tmp2.path(), &mixed).expect("write trace");
+    let mut g = c.benchmark_group("ctf_1M_mixed_events");
+    g.throughput(Throughput::Elements(EVENTS));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(8));
+    g.bench_function("weft_decode", |b| b.iter(|| decode_all(tmp2.path())));
+    g.bench_function("weft_decode_to_events", |b| b.iter(|| convert_all(tmp2.path())));
+    g.bench_function("babeltrace2_dummy", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| babeltrace2_dummy(tmp2.path())).sum())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,3 @@
+//! Integration tests of the `weft` binary (run as a subprocess).
+
+mod import_ctf;
