@@ -14,13 +14,16 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use weft_sources::ctf::synth::{Header, SynthOptions, write_trace};
-use weft_sources::ctf::{CtfTrace, DecodeOptions, StreamDecoder};
+use weft_sources::ctf::{DecodeOptions, StreamDecoder, open_traces};
 
 const EVENTS: u64 = 1_000_000;
 
 fn decoders(dir: &Path) -> Vec<StreamDecoder> {
-    let t = CtfTrace::open(dir).expect("open trace");
-    t.decoders(&DecodeOptions::default()).expect("open streams")
+    let mut out = Vec::new();
+    for t in open_traces(dir).expect("open trace") {
+        out.extend(t.decoders(&DecodeOptions::default()).expect("open streams"));
+    }
+    out
 }
 
 fn decode_all(dir: &Path) -> u64 {

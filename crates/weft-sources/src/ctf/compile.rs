@@ -151,6 +151,11 @@ pub(crate) struct Program {
     pub scope: Vec<u8>,
     /// Enumerations, by `IntNode::enum_id`.
     pub enums: Vec<Arc<EnumDecl>>,
+    /// The attribute key of each node's value in a weft event (see `record`): `name`,
+    /// `outer.inner`, `context.name`; empty for array elements and scope roots.
+    pub keys: Vec<Box<str>>,
+    /// For enumerations: the key of the integer value (`key.value`); empty otherwise.
+    pub value_keys: Vec<Box<str>>,
 }
 
 /// A stream class.
@@ -167,6 +172,8 @@ pub struct StreamClass {
     pub(crate) by_id_sparse: HashMap<u64, u32>,
     /// The clock its timestamps count (index into the metadata's clocks).
     pub clock: Option<usize>,
+    /// For a 1 GHz clock: ns of clock value 0 since the origin (time = this + cycles).
+    pub(crate) clock_base_ns: Option<i128>,
 }
 
 impl StreamClass {
@@ -193,6 +200,8 @@ pub struct EventClass {
     pub loglevel: Option<i64>,
     pub(crate) context: u32,
     pub(crate) payload: u32,
+    /// Attributes its weft events have (with variants: at most).
+    pub(crate) attrs_hint: usize,
 }
 
 /// Metadata compiled for decoding.
@@ -277,6 +286,10 @@ impl Compiler<'_> {
             let eh = self.scope_root(Scope::EventHeader, sd.event_header.as_ref())?;
             let ec = self.scope_root(Scope::StreamEventContext, sd.event_context.as_ref())?;
             let clock = self.stream_clock(pc, eh);
+            let clock_base_ns = clock
+                .map(|c| &md.clocks[c])
+                .filter(|c| c.freq == 1_000_000_000)
+                .map(|c| c.offset_s as i128 * 1_000_000_000 + c.offset as i128);
             let sid = sd.id.unwrap_or(0);
             let si = streams.len();
             let mut sc = StreamClass {
@@ -287,6 +300,7 @@ impl Compiler<'_> {
                 by_id: Vec::new(),
                 by_id_sparse: HashMap::new(),
                 clock,
+                clock_base_ns,
             };
             let evs: Vec<&EventDecl> = md
                 .events
@@ -319,7 +333,9 @@ impl Compiler<'_> {
                 let ctx = self.scope_root(Scope::EventContext, ed.context.as_ref())?;
                 let payload = self.scope_root(Scope::Payload, ed.fields.as_ref())?;
                 let ei = events.len() as u32;
+                let attrs_hint = self.leaves(ec) + self.leaves(ctx) + self.leaves(payload);
                 events.push(EventClass {
+                    attrs_hint,
                     id,
                     name: Arc::from(ed.name.as_str()),
                     stream: si,
@@ -389,7 +405,60 @@ impl Compiler<'_> {
             }
         };
         self.roots[scope as usize] = root;
+        let prefix = match scope {
+            Scope::StreamEventContext | Scope::EventContext => "context.",
+            _ => "",
+        };
+        if root != NONE {
+            self.assign_keys(root, prefix);
+        }
         Ok(root)
+    }
+
+    /// How many attributes the members below `n` flatten to (variants: their largest option).
+    fn leaves(&self, n: u32) -> usize {
+        if n == NONE {
+            return 0;
+        }
+        match &self.prog.nodes[n as usize] {
+            Node::Struct { fields, .. } => fields.iter().map(|f| self.leaves(*f)).sum(),
+            Node::Variant { options, .. } => {
+                options.iter().map(|(_, _, o)| self.leaves(*o)).max().unwrap_or(0)
+            }
+            Node::Int(i) if i.enum_id != NONE => 2,
+            _ => 1,
+        }
+    }
+
+    /// Fills [`Program::keys`] below struct `n` (members get `prefix` + their name; nested
+    /// structs extend the prefix; a variant's options take the variant's key).
+    fn assign_keys(&mut self, n: u32, prefix: &str) {
+        let p = &mut self.prog;
+        p.keys.resize(p.nodes.len(), Box::from(""));
+        p.value_keys.resize(p.nodes.len(), Box::from(""));
+        let mut stack: Vec<(u32, String)> = Vec::new();
+        if let Node::Struct { fields, .. } = &p.nodes[n as usize] {
+            for f in fields.iter() {
+                stack.push((*f, format!("{prefix}{}", p.names[*f as usize])));
+            }
+        }
+        while let Some((f, key)) = stack.pop() {
+            match &p.nodes[f as usize] {
+                Node::Struct { fields, .. } => {
+                    for c in fields.iter() {
+                        stack.push((*c, format!("{key}.{}", p.names[*c as usize])));
+                    }
+                }
+                Node::Variant { options, .. } => {
+                    for (_, _, o) in options.iter() {
+                        stack.push((*o, key.clone()));
+                    }
+                }
+                Node::Int(i) if i.enum_id != NONE => p.value_keys[f as usize] = format!("{key}.value").into(),
+                _ => {}
+            }
+            p.keys[f as usize] = key.into();
+        }
     }
 
     fn push(&mut self, n: Node, decl: &str) -> Result<u32, MetaErr> {

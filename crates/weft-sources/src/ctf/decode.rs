@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::bits::{PAD, align_up, mask, read_be, read_le, sign_extend};
-use super::compile::{Compiled, NONE, NSPECIAL, Node, Program, SCOPES, Scope, Special};
+use super::compile::{Compiled, IntNode, NONE, NSPECIAL, Node, Program, SCOPES, Scope, Special};
 use super::error::CtfError;
 
 /// Magic number at the start of a CTF packet header.
@@ -170,10 +170,65 @@ impl Cursor {
     }
 }
 
+#[cold]
+#[inline(never)]
 fn err(prog: &Program, n: u32, pos: u64, eod: bool, what: std::fmt::Arguments<'_>) -> DErr {
     let name = &prog.names[n as usize];
     let msg = if name.is_empty() { format!("{what}") } else { format!("field '{name}': {what}") };
     DErr { pos, msg, eod }
+}
+
+#[cold]
+#[inline(never)]
+fn past_end(prog: &Program, n: u32, pos: u64, size: u32) -> DErr {
+    err(prog, n, pos, true, format_args!("{size}-bit integer runs past the end of the packet content"))
+}
+
+/// Reads an integer field (the hot path: one unaligned 8-byte load for fields that fit).
+#[inline(always)]
+fn decode_int(
+    prog: &Program,
+    c: &mut Cursor,
+    n: u32,
+    i: &IntNode,
+    scope: usize,
+    out: &mut Vec<Val>,
+) -> Result<(), DErr> {
+    let pos = align_up(c.pos, i.align);
+    let end = pos + i.size as u64;
+    if end > c.end {
+        return Err(past_end(prog, n, pos, i.size));
+    }
+    let b = (pos >> 3) as usize;
+    let sh = (pos & 7) as u32;
+    // `end <= c.end` and the buffer holds PAD bytes past the content: 8 bytes are there.
+    let raw = match c.buf.get(b..b + 8) {
+        Some(w) if sh + i.size <= 64 => {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            if i.le {
+                (u64::from_le_bytes(a) >> sh) & mask(i.size)
+            } else {
+                (u64::from_be_bytes(a) << sh) >> (64 - i.size)
+            }
+        }
+        _ if i.le => read_le(&c.buf, pos, i.size),
+        _ => read_be(&c.buf, pos, i.size),
+    };
+    c.pos = end;
+    let v = if i.signed { sign_extend(raw, i.size) } else { raw };
+    if i.slot != NONE {
+        c.slots[scope][i.slot as usize] = v;
+    }
+    if i.clock.is_some() {
+        c.update_clock(raw, i.size);
+    }
+    if i.special != Special::None {
+        c.regs[i.special as usize] = v;
+        c.set |= 1 << i.special as u32;
+    }
+    out.push(Val::Int(v));
+    Ok(())
 }
 
 /// Decodes node `n` at the cursor, appending values to `out`.
@@ -185,49 +240,7 @@ pub(crate) fn decode(
     out: &mut Vec<Val>,
 ) -> Result<(), DErr> {
     match &prog.nodes[n as usize] {
-        Node::Int(i) => {
-            let pos = align_up(c.pos, i.align);
-            let end = pos + i.size as u64;
-            if end > c.end {
-                return Err(err(
-                    prog,
-                    n,
-                    pos,
-                    true,
-                    format_args!("{}-bit integer runs past the end of the packet content", i.size),
-                ));
-            }
-            let raw = if pos & 7 == 0 && i.size.is_multiple_of(8) && i.size <= 64 {
-                let b = (pos >> 3) as usize;
-                match (i.size, i.le) {
-                    (8, _) => c.buf[b] as u64,
-                    (16, true) => u16::from_le_bytes([c.buf[b], c.buf[b + 1]]) as u64,
-                    (32, true) => {
-                        u32::from_le_bytes([c.buf[b], c.buf[b + 1], c.buf[b + 2], c.buf[b + 3]]) as u64
-                    }
-                    (64, true) => u64::from_le_bytes(c.buf[b..b + 8].try_into().unwrap_or([0; 8])),
-                    (_, true) => read_le(&c.buf, pos, i.size),
-                    (_, false) => read_be(&c.buf, pos, i.size),
-                }
-            } else if i.le {
-                read_le(&c.buf, pos, i.size)
-            } else {
-                read_be(&c.buf, pos, i.size)
-            };
-            c.pos = end;
-            let v = if i.signed { sign_extend(raw, i.size) } else { raw };
-            if i.slot != NONE {
-                c.slots[scope][i.slot as usize] = v;
-            }
-            if i.clock.is_some() {
-                c.update_clock(raw, i.size);
-            }
-            if i.special != Special::None {
-                c.regs[i.special as usize] = v;
-                c.set |= 1 << i.special as u32;
-            }
-            out.push(Val::Int(v));
-        }
+        Node::Int(i) => decode_int(prog, c, n, i, scope, out)?,
         Node::Float { double, align, le } => {
             let pos = align_up(c.pos, *align);
             let size = if *double { 64 } else { 32 };
@@ -276,8 +289,11 @@ pub(crate) fn decode(
         }
         Node::Struct { fields, align } => {
             c.pos = align_up(c.pos, *align);
-            for f in fields.iter() {
-                decode(prog, c, *f, scope, out)?;
+            for &f in fields.iter() {
+                match &prog.nodes[f as usize] {
+                    Node::Int(i) => decode_int(prog, c, f, i, scope, out)?,
+                    _ => decode(prog, c, f, scope, out)?,
+                }
             }
         }
         Node::Array { elem, len, align, text, uuid: _ } => {
@@ -747,10 +763,13 @@ impl StreamDecoder {
     }
 
     /// The current event's time in ns since the clock's origin (0 without a clock).
+    #[inline]
     pub fn time_ns(&self) -> u64 {
-        match self.trace.streams.get(self.stream).and_then(|s| s.clock) {
-            Some(ci) => self.trace.meta.clocks[ci].to_ns(self.ts),
-            None => 0,
+        let sc = &self.trace.streams[self.stream];
+        match (sc.clock_base_ns, sc.clock) {
+            (Some(base), _) => (base + self.ts as i128).clamp(0, u64::MAX as i128) as u64,
+            (None, Some(ci)) => self.trace.meta.clocks[ci].to_ns(self.ts),
+            (None, None) => 0,
         }
     }
 

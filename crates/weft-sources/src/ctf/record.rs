@@ -65,29 +65,22 @@ impl<'a> EventRecord<'a> {
         let buf = &self.dec.cur.buf;
         let sc = &trace.streams[self.dec.stream];
         let ec = self.class();
-        let mut fields = Attributes(Vec::with_capacity(8));
+        let mut fields = Attributes(Vec::with_capacity(ec.attrs_hint));
         let mut ids = Ids::default();
         let w = Walker { prog, buf };
         if sc.event_context != NONE {
             w.flatten(
                 sc.event_context,
                 &self.dec.vals[Scope::StreamEventContext as usize],
-                "context.",
                 &mut fields,
                 Some(&mut ids),
             );
         }
         if ec.context != NONE {
-            w.flatten(
-                ec.context,
-                &self.dec.vals[Scope::EventContext as usize],
-                "context.",
-                &mut fields,
-                Some(&mut ids),
-            );
+            w.flatten(ec.context, &self.dec.vals[Scope::EventContext as usize], &mut fields, Some(&mut ids));
         }
         if ec.payload != NONE {
-            w.flatten(ec.payload, &self.dec.vals[Scope::Payload as usize], "", &mut fields, None);
+            w.flatten(ec.payload, &self.dec.vals[Scope::Payload as usize], &mut fields, None);
         }
         Event {
             time_ns: self.time_ns(),
@@ -137,47 +130,25 @@ impl Walker<'_> {
         Some(s)
     }
 
-    /// Adds the members of struct `root` (its values are `vals`) as flattened attributes.
-    fn flatten(&self, root: u32, vals: &[Val], prefix: &str, out: &mut Attributes, ids: Option<&mut Ids>) {
+    /// Adds the members of struct `root` (its values are `vals`) as flattened attributes, under
+    /// the keys the compiler prepared.
+    fn flatten(&self, root: u32, vals: &[Val], out: &mut Attributes, ids: Option<&mut Ids>) {
         let mut i = 0usize;
         let mut ids = ids;
-        self.flatten_struct(root, vals, &mut i, prefix, out, &mut ids);
-    }
-
-    fn flatten_struct(
-        &self,
-        n: u32,
-        vals: &[Val],
-        i: &mut usize,
-        prefix: &str,
-        out: &mut Attributes,
-        ids: &mut Option<&mut Ids>,
-    ) {
-        let Node::Struct { fields, .. } = &self.prog.nodes[n as usize] else {
-            let v = self.value(n, vals, i);
-            out.0.push(KeyValue { key: prefix.trim_end_matches('.').to_owned(), value: v });
-            return;
-        };
-        for f in fields.iter() {
-            let name = &*self.prog.names[*f as usize];
-            let key = if prefix.is_empty() { name.to_owned() } else { format!("{prefix}{name}") };
-            self.member(*f, vals, i, key, out, ids);
+        if let Node::Struct { fields, .. } = &self.prog.nodes[root as usize] {
+            for f in fields.iter() {
+                self.member(*f, vals, &mut i, out, &mut ids);
+            }
         }
     }
 
-    fn member(
-        &self,
-        f: u32,
-        vals: &[Val],
-        i: &mut usize,
-        key: String,
-        out: &mut Attributes,
-        ids: &mut Option<&mut Ids>,
-    ) {
+    fn member(&self, f: u32, vals: &[Val], i: &mut usize, out: &mut Attributes, ids: &mut Option<&mut Ids>) {
+        let key = || self.prog.keys[f as usize].to_string();
         match &self.prog.nodes[f as usize] {
-            Node::Struct { .. } => {
-                let p = format!("{key}.");
-                self.flatten_struct(f, vals, i, &p, out, ids);
+            Node::Struct { fields, .. } => {
+                for c in fields.iter() {
+                    self.member(*c, vals, i, out, ids);
+                }
             }
             Node::Variant { .. } => {
                 let Some(Val::Opt(o)) = vals.get(*i).copied() else {
@@ -185,7 +156,7 @@ impl Walker<'_> {
                     return;
                 };
                 *i += 1;
-                self.member(o, vals, i, key, out, ids);
+                self.member(o, vals, i, out, ids);
             }
             Node::Int(int) if int.enum_id != NONE => {
                 let v = match vals.get(*i) {
@@ -194,9 +165,11 @@ impl Walker<'_> {
                 };
                 *i += 1;
                 let label = self.enum_label(f, v).unwrap_or_default();
-                let vkey = format!("{key}.value");
-                out.0.push(KeyValue { key, value: Value::Str(label) });
-                out.0.push(KeyValue { key: vkey, value: Value::I64(v as i64) });
+                out.0.push(KeyValue { key: key(), value: Value::Str(label) });
+                out.0.push(KeyValue {
+                    key: self.prog.value_keys[f as usize].to_string(),
+                    value: Value::I64(v as i64),
+                });
             }
             Node::Int(_) => {
                 let v = match vals.get(*i) {
@@ -211,11 +184,11 @@ impl Walker<'_> {
                         _ => {}
                     }
                 }
-                out.0.push(KeyValue { key, value: Value::I64(v as i64) });
+                out.0.push(KeyValue { key: key(), value: Value::I64(v as i64) });
             }
             _ => {
                 let v = self.value(f, vals, i);
-                out.0.push(KeyValue { key, value: v });
+                out.0.push(KeyValue { key: key(), value: v });
             }
         }
     }

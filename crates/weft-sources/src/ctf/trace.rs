@@ -126,7 +126,13 @@ impl Merged {
         if let Some(p) = self.pending.take() {
             let d = &mut self.decs[p];
             if d.next_event()? {
-                self.heap.push(Reverse((d.time_ns(), p as u32)));
+                let key = (d.time_ns(), p as u32);
+                // Still the earliest (always so with one stream): no heap round trip.
+                if self.heap.peek().is_none_or(|Reverse(top)| key < *top) {
+                    self.pending = Some(p);
+                    return Ok(Some(self.decs[p].event()));
+                }
+                self.heap.push(Reverse(key));
             }
         }
         let Some(Reverse((_, i))) = self.heap.pop() else { return Ok(None) };

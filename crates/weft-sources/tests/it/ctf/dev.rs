@@ -64,3 +64,26 @@ fn dev_positions() {
         last = b;
     }
 }
+
+#[test]
+#[ignore]
+fn dev_write_1m() {
+    use weft_sources::ctf::synth::*;
+    for (p, small) in [("/tmp/synth1m", true), ("/tmp/synth1m_mixed", false)] {
+        let p = std::path::Path::new(p);
+        let _ = std::fs::remove_dir_all(p);
+        let h = if small { Header::Large } else { Header::Compact };
+        write_trace(
+            p,
+            &SynthOptions {
+                events: 1_000_000,
+                streams: 1,
+                packet_bytes: 4 << 20,
+                header: h,
+                small_only: small,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    }
+}
