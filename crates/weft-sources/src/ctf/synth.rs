@@ -80,11 +80,16 @@ pub struct SynthSummary {
     pub packets: u64,
 }
 
-const UUID: [u8; 16] =
-    [0x5e, 0xf7, 0x00, 0x01, 0xca, 0xfe, 0x4b, 0x1d, 0x9a, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77];
+/// The trace UUID: fixed bytes, then the seed (traces with different seeds are different
+/// traces to readers that group streams by UUID, as babeltrace2 does).
+fn uuid(opts: &SynthOptions) -> [u8; 16] {
+    let mut u = [0x5e, 0xf7, 0x00, 0x01, 0xca, 0xfe, 0x4b, 0x1d, 0, 0, 0, 0, 0, 0, 0, 0];
+    u[8..].copy_from_slice(&(opts.seed ^ ((opts.header == Header::Large) as u64) << 63).to_be_bytes());
+    u
+}
 
-fn uuid_text() -> String {
-    let h: String = UUID.iter().map(|b| format!("{b:02x}")).collect();
+fn uuid_text(opts: &SynthOptions) -> String {
+    let h: String = uuid(opts).iter().map(|b| format!("{b:02x}")).collect();
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
@@ -130,7 +135,7 @@ env {{
 
 clock {{
 	name = "monotonic";
-	uuid = "{uuid}";
+	uuid = "{clock_uuid}";
 	description = "Monotonic Clock";
 	freq = 1000000000; /* Frequency, in Hz */
 	offset_s = {off_s};
@@ -259,20 +264,22 @@ event {{
 	}};
 }};
 "#,
-        uuid = uuid_text(),
+        uuid = uuid_text(opts),
+        // One host clock: traces of one machine (kernel and user space) share its UUID.
+        clock_uuid = "5ef70001-c10c-4b1d-9a11-223344556677",
         other = if opts.big_endian { "le" } else { "be" },
     )
 }
 
 /// Metadata text cut into metadata packets of at most `chunk` text bytes each.
-pub fn packetize_metadata(text: &str, chunk: usize, big_endian: bool) -> Vec<u8> {
+pub fn packetize_metadata(text: &str, chunk: usize, big_endian: bool, uuid: [u8; 16]) -> Vec<u8> {
     let w = |v: u32| if big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
     let mut out = Vec::new();
     for part in text.as_bytes().chunks(chunk.max(1)) {
         let content = (METADATA_HEADER_LEN + part.len()) as u32;
         let size = content.div_ceil(64) * 64;
         out.extend_from_slice(&w(METADATA_MAGIC));
-        out.extend_from_slice(&UUID);
+        out.extend_from_slice(&uuid);
         out.extend_from_slice(&w(0));
         out.extend_from_slice(&w(content * 8));
         out.extend_from_slice(&w(size * 8));
@@ -348,7 +355,7 @@ pub fn write_trace(root: &Path, opts: &SynthOptions) -> std::io::Result<SynthSum
     let dir = root.join("ust").join("uid").join("0").join("64-bit");
     std::fs::create_dir_all(&dir)?;
     let text = metadata(opts);
-    std::fs::write(dir.join("metadata"), packetize_metadata(&text, 1000, opts.big_endian))?;
+    std::fs::write(dir.join("metadata"), packetize_metadata(&text, 1000, opts.big_endian, uuid(opts)))?;
     let mut sum = SynthSummary { trace_dir: dir.clone(), ..SynthSummary::default() };
     let mut rng = Rng(opts.seed.max(1));
     let n = opts.streams.max(1);
@@ -383,7 +390,7 @@ fn write_stream(
         // One packet.
         let mut p = Bits { buf: Vec::with_capacity(opts.packet_bytes + 64), pos: 0, be };
         p.u(PACKET_MAGIC as u64, 32);
-        p.bytes(&UUID);
+        p.bytes(&uuid(opts));
         p.u(0, 32);
         p.u(cpu as u64, 64);
         let ctx_at = p.pos;

@@ -72,3 +72,39 @@ fn small_events_one_stream_match_babeltrace2() {
         ..Default::default()
     });
 }
+
+#[test]
+fn session_with_kernel_and_ust_traces_is_read_as_one_timeline() {
+    // An LTTng session directory: `kernel/` (compact headers) next to `ust/uid/0/64-bit/`.
+    let tmp = tempfile::tempdir().unwrap();
+    let ust = SynthOptions {
+        events: 1500,
+        streams: 2,
+        packet_bytes: 8192,
+        header: Header::Large,
+        seed: 5,
+        ..Default::default()
+    };
+    write_trace(tmp.path(), &ust).unwrap();
+    let k = tempfile::tempdir().unwrap();
+    let kernel = SynthOptions {
+        events: 2500,
+        streams: 4,
+        packet_bytes: 4096,
+        header: Header::Compact,
+        seed: 9,
+        ..Default::default()
+    };
+    let ks = write_trace(k.path(), &kernel).unwrap();
+    std::fs::rename(&ks.trace_dir, tmp.path().join("kernel")).unwrap();
+    let dirs = weft_sources::ctf::find_traces(tmp.path()).unwrap();
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    assert!(dirs[0].ends_with("kernel") && dirs[1].ends_with("64-bit"), "{dirs:?}");
+    let (evs, stats) = read_all(tmp.path());
+    assert_eq!(evs.len(), 4000);
+    assert_eq!(stats.errors, 0);
+    assert!(evs.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    let bt = bt2::run(tmp.path(), "--clock-seconds");
+    let c = bt2::compare(&evs, &bt, true);
+    assert!(c.mismatches.is_empty(), "{:#?}", c.mismatches);
+}
