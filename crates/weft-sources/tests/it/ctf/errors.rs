@@ -205,3 +205,59 @@ proptest! {
         let _ = compile_text(&t, "m");
     }
 }
+
+/// A valid synthetic stream (compact headers, every field kind) and its compiled metadata.
+fn valid_stream() -> &'static (Arc<weft_sources::ctf::Compiled>, Vec<u8>) {
+    static S: std::sync::OnceLock<(Arc<weft_sources::ctf::Compiled>, Vec<u8>)> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = SynthOptions {
+            events: 300,
+            streams: 1,
+            packet_bytes: 2048,
+            header: Header::Compact,
+            ..Default::default()
+        };
+        let sum = write_trace(tmp.path(), &opts).unwrap();
+        let c = compile_text(&metadata(&opts), "m").unwrap();
+        (c, std::fs::read(sum.trace_dir.join("ch_0")).unwrap())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// A valid stream with a few bytes changed never panics; errors point inside it.
+    #[test]
+    fn mutated_valid_streams_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8), cut in any::<usize>()) {
+        let (c, good) = valid_stream();
+        let mut b = good.clone();
+        for (at, v) in edits {
+            let i = at % b.len();
+            b[i] = v;
+        }
+        if cut % 4 == 0 {
+            b.truncate(cut % good.len());
+        }
+        let len = b.len() as u64;
+        for strict in [true, false] {
+            let mut d = StreamDecoder::from_bytes(c.clone(), "s", Arc::from(b.clone()), DecodeOptions { strict, ..Default::default() });
+            loop {
+                match d.next_event() {
+                    Ok(true) => {
+                        let _ = d.event().to_event(weft_model::SourceId(0));
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        if let Some(off) = e.stream_offset() {
+                            prop_assert!(off <= len, "{e}");
+                        }
+                        break;
+                    }
+                }
+            }
+            // Every event of this trace takes at least its 32-bit header.
+            prop_assert!(d.stats().events <= len / 4 + 1);
+        }
+    }
+}
