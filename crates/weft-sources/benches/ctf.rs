@@ -65,6 +65,40 @@ fn babeltrace2_count(dir: &Path) -> u64 {
     out.stdout.iter().filter(|b| **b == b'\n').count() as u64
 }
 
+/// CPU time (user + system) of this process or of its waited-for children.
+fn cpu_time(who: libc::c_int) -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Events per CPU-second of weft's decoder and of babeltrace2 on `dir` (the machine is shared:
+/// wall time includes waiting for a core, CPU time does not).
+fn per_core(label: &str, dir: &Path) {
+    const RUNS: u32 = 5;
+    let t0 = cpu_time(libc::RUSAGE_SELF);
+    for _ in 0..RUNS {
+        assert_eq!(decode_all(dir), EVENTS);
+    }
+    let weft = (cpu_time(libc::RUSAGE_SELF) - t0) / RUNS;
+    let t0 = cpu_time(libc::RUSAGE_CHILDREN);
+    for _ in 0..RUNS {
+        babeltrace2_dummy(dir);
+    }
+    let bt2 = (cpu_time(libc::RUSAGE_CHILDREN) - t0) / RUNS;
+    let rate = |d: Duration| EVENTS as f64 / d.as_secs_f64() / 1e6;
+    eprintln!(
+        "{label}: CPU time per {EVENTS} events: weft {:.1} ms ({:.1} M events/s per core), babeltrace2 {:.1} ms ({:.1} M events/s per core): {:.1}x",
+        weft.as_secs_f64() * 1e3,
+        rate(weft),
+        bt2.as_secs_f64() * 1e3,
+        rate(bt2),
+        bt2.as_secs_f64() / weft.as_secs_f64()
+    );
+}
+
 fn bench(c: &mut Criterion) {
     let have_bt2 =
         Command::new("babeltrace2").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
@@ -87,6 +121,8 @@ fn bench(c: &mut Criterion) {
         sum.events, sum.packets, sum.extended, sum.wraps
     );
 
+    per_core("small events", dir);
+
     let mut g = c.benchmark_group("ctf_1M_small_events");
     g.throughput(Throughput::Elements(EVENTS));
     g.sample_size(10);
@@ -108,6 +144,7 @@ fn bench(c: &mut Criterion) {
         ..SynthOptions::default()
     };
     write_trace(tmp2.path(), &mixed).expect("write trace");
+    per_core("mixed events", tmp2.path());
     let mut g = c.benchmark_group("ctf_1M_mixed_events");
     g.throughput(Throughput::Elements(EVENTS));
     g.sample_size(10);

@@ -158,6 +158,28 @@ pub(crate) struct Program {
     pub value_keys: Vec<Box<str>>,
 }
 
+/// LTTng's event header layouts (`compact`: 5-bit id + 27-bit timestamp; `large`: 16-bit id +
+/// 32-bit timestamp; the all-ones id selects `extended`: 32-bit id + 64-bit timestamp),
+/// recognised so the decoder reads them in straight-line code instead of walking the struct,
+/// enum and variant nodes. Same fields, same values, same order.
+#[derive(Debug, Clone)]
+pub(crate) struct LttngHeader {
+    pub align: u32,
+    pub id_node: u32,
+    pub id: IntNode,
+    pub ext: u64,
+    pub compact_opt: u32,
+    pub compact_align: u32,
+    pub ts_node: u32,
+    pub ts: IntNode,
+    pub ext_opt: u32,
+    pub ext_align: u32,
+    pub ext_id_node: u32,
+    pub ext_id: IntNode,
+    pub ext_ts_node: u32,
+    pub ext_ts: IntNode,
+}
+
 /// A stream class.
 #[derive(Debug)]
 pub struct StreamClass {
@@ -174,6 +196,8 @@ pub struct StreamClass {
     pub clock: Option<usize>,
     /// For a 1 GHz clock: ns of clock value 0 since the origin (time = this + cycles).
     pub(crate) clock_base_ns: Option<i128>,
+    /// The event header, when it is one of LTTng's layouts.
+    pub(crate) lttng_header: Option<LttngHeader>,
 }
 
 impl StreamClass {
@@ -301,6 +325,7 @@ impl Compiler<'_> {
                 by_id_sparse: HashMap::new(),
                 clock,
                 clock_base_ns,
+                lttng_header: self.lttng_header(eh),
             };
             let evs: Vec<&EventDecl> = md
                 .events
@@ -413,6 +438,61 @@ impl Compiler<'_> {
             self.assign_keys(root, prefix);
         }
         Ok(root)
+    }
+
+    /// Recognises LTTng's event header layouts (see [`LttngHeader`]).
+    fn lttng_header(&self, eh: u32) -> Option<LttngHeader> {
+        let nodes = &self.prog.nodes;
+        let node = |n: u32| nodes.get(n as usize);
+        let int = |n: u32| match node(n) {
+            Some(Node::Int(i)) => Some(i.clone()),
+            _ => None,
+        };
+        let Some(Node::Struct { fields, align }) = node(eh) else { return None };
+        let [idn, vn] = **fields else { return None };
+        let id = int(idn)?;
+        if id.enum_id == NONE || id.signed || id.special != Special::EventId || !matches!(id.size, 5 | 16) {
+            return None;
+        }
+        let Some(Node::Variant { tag, options, .. }) = node(vn) else { return None };
+        if tag.scope != Scope::EventHeader as u8 || tag.slot != id.slot {
+            return None;
+        }
+        let ext = (1u64 << id.size) - 1;
+        let [(0, chi, copt), (elo, ehi, eopt)] = **options else { return None };
+        if chi != ext as i128 - 1 || elo != ext as i128 || ehi != ext as i128 {
+            return None;
+        }
+        let Some(Node::Struct { fields: cf, align: calign }) = node(copt) else { return None };
+        let Some(Node::Struct { fields: ef, align: ealign }) = node(eopt) else { return None };
+        let [tsn] = **cf else { return None };
+        let [eidn, etsn] = **ef else { return None };
+        let (ts, ext_id, ext_ts) = (int(tsn)?, int(eidn)?, int(etsn)?);
+        let plain = |i: &IntNode| i.slot == NONE && i.enum_id == NONE;
+        let ok = plain(&ts)
+            && ts.clock.is_some()
+            && plain(&ext_id)
+            && ext_id.special == Special::EventId
+            && ext_id.size == 32
+            && plain(&ext_ts)
+            && ext_ts.clock.is_some()
+            && ext_ts.size == 64;
+        ok.then_some(LttngHeader {
+            align: *align,
+            id_node: idn,
+            id,
+            ext,
+            compact_opt: copt,
+            compact_align: *calign,
+            ts_node: tsn,
+            ts,
+            ext_opt: eopt,
+            ext_align: *ealign,
+            ext_id_node: eidn,
+            ext_id,
+            ext_ts_node: etsn,
+            ext_ts,
+        })
     }
 
     /// How many attributes the members below `n` flatten to (variants: their largest option).

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::bits::{PAD, align_up, mask, read_be, read_le, sign_extend};
-use super::compile::{Compiled, IntNode, NONE, NSPECIAL, Node, Program, SCOPES, Scope, Special};
+use super::compile::{Compiled, IntNode, LttngHeader, NONE, NSPECIAL, Node, Program, SCOPES, Scope, Special};
 use super::error::CtfError;
 
 /// Magic number at the start of a CTF packet header.
@@ -123,13 +123,31 @@ impl Source {
     }
 }
 
-/// A decoding failure inside a packet (bit position relative to the packet start).
+/// A decoding failure inside a packet (bit position relative to the packet start). Boxed, so
+/// the hot path's `Result<(), DErr>` stays one register wide.
 #[derive(Debug)]
-pub(crate) struct DErr {
+pub(crate) struct DErr(Box<DErrInner>);
+
+#[derive(Debug)]
+pub(crate) struct DErrInner {
     pub pos: u64,
     pub msg: String,
     /// The data ended (more bytes might fix it).
     pub eod: bool,
+}
+
+impl DErr {
+    #[cold]
+    pub(crate) fn new(pos: u64, msg: String, eod: bool) -> DErr {
+        DErr(Box::new(DErrInner { pos, msg, eod }))
+    }
+}
+
+impl std::ops::Deref for DErr {
+    type Target = DErrInner;
+    fn deref(&self) -> &DErrInner {
+        &self.0
+    }
 }
 
 /// Decoding state of the current packet.
@@ -175,7 +193,7 @@ impl Cursor {
 fn err(prog: &Program, n: u32, pos: u64, eod: bool, what: std::fmt::Arguments<'_>) -> DErr {
     let name = &prog.names[n as usize];
     let msg = if name.is_empty() { format!("{what}") } else { format!("field '{name}': {what}") };
-    DErr { pos, msg, eod }
+    DErr::new(pos, msg, eod)
 }
 
 #[cold]
@@ -229,6 +247,49 @@ fn decode_int(
     }
     out.push(Val::Int(v));
     Ok(())
+}
+
+/// Decodes one of LTTng's event headers (the same values, in the same order, as walking its
+/// struct, enum and variant nodes would produce).
+#[inline(always)]
+fn decode_lttng_header(
+    prog: &Program,
+    c: &mut Cursor,
+    h: &LttngHeader,
+    out: &mut Vec<Val>,
+) -> Result<(), DErr> {
+    const S: usize = Scope::EventHeader as usize;
+    c.pos = align_up(c.pos, h.align);
+    decode_int(prog, c, h.id_node, &h.id, S, out)?;
+    if c.regs[Special::EventId as usize] == h.ext {
+        out.push(Val::Opt(h.ext_opt));
+        c.pos = align_up(c.pos, h.ext_align);
+        decode_int(prog, c, h.ext_id_node, &h.ext_id, S, out)?;
+        decode_int(prog, c, h.ext_ts_node, &h.ext_ts, S, out)
+    } else {
+        out.push(Val::Opt(h.compact_opt));
+        c.pos = align_up(c.pos, h.compact_align);
+        decode_int(prog, c, h.ts_node, &h.ts, S, out)
+    }
+}
+
+/// Decodes a scope's root (a struct): its members inline, so flat scopes (LTTng's contexts and
+/// most payloads) take no call per field.
+#[inline(always)]
+fn decode_root(prog: &Program, c: &mut Cursor, n: u32, scope: usize, out: &mut Vec<Val>) -> Result<(), DErr> {
+    match &prog.nodes[n as usize] {
+        Node::Struct { fields, align } => {
+            c.pos = align_up(c.pos, *align);
+            for &f in fields.iter() {
+                match &prog.nodes[f as usize] {
+                    Node::Int(i) => decode_int(prog, c, f, i, scope, out)?,
+                    _ => decode(prog, c, f, scope, out)?,
+                }
+            }
+            Ok(())
+        }
+        _ => decode(prog, c, n, scope, out),
+    }
 }
 
 /// Decodes node `n` at the cursor, appending values to `out`.
@@ -462,7 +523,7 @@ impl StreamDecoder {
             packet: self.packet_off,
             offset: abs / 8,
             bit: (abs % 8) as u8,
-            msg: e.msg,
+            msg: e.0.msg,
         }
     }
 
@@ -552,7 +613,7 @@ impl StreamDecoder {
                 Err(e) => return Err((self.stream_error(e), true)),
             }
         }
-        let bad = |me: &Self, msg: String| (me.stream_error(DErr { pos: 0, msg, eod: false }), true);
+        let bad = |me: &Self, msg: String| (me.stream_error(DErr::new(0, msg, false)), true);
         let packet_bits = self.cur.reg(Special::PacketSize).unwrap_or(remaining * 8);
         let content_bits = self.cur.reg(Special::ContentSize).unwrap_or(packet_bits);
         if packet_bits == 0 || !packet_bits.is_multiple_of(8) {
@@ -625,11 +686,11 @@ impl StreamDecoder {
             if let Some(m) = self.cur.reg(Special::Magic)
                 && m != PACKET_MAGIC as u64
             {
-                return Err(DErr {
-                    pos: 0,
-                    msg: format!("bad packet magic {m:#x} (expected {PACKET_MAGIC:#x})"),
-                    eod: false,
-                });
+                return Err(DErr::new(
+                    0,
+                    format!("bad packet magic {m:#x} (expected {PACKET_MAGIC:#x})"),
+                    false,
+                ));
             }
             if trace.has_uuid
                 && let Some(want) = trace.meta.uuid
@@ -650,18 +711,12 @@ impl StreamDecoder {
             }
         }
         self.stream = match self.cur.reg(Special::StreamId) {
-            Some(id) => trace.stream_index(id).ok_or_else(|| DErr {
-                pos: 0,
-                msg: format!("stream id {id} is not declared in the metadata"),
-                eod: false,
+            Some(id) => trace.stream_index(id).ok_or_else(|| {
+                DErr::new(0, format!("stream id {id} is not declared in the metadata"), false)
             })?,
             None if trace.streams.len() == 1 => 0,
             None => {
-                return Err(DErr {
-                    pos: 0,
-                    msg: "no stream_id and several stream classes".into(),
-                    eod: false,
-                });
+                return Err(DErr::new(0, "no stream_id and several stream classes".into(), false));
             }
         };
         let pc = trace.streams[self.stream].packet_context;
@@ -712,17 +767,19 @@ impl StreamDecoder {
         vh.clear();
         c.set &= !(1 << Special::EventId as u32);
         let start = c.pos;
-        if sc.event_header != NONE {
+        if let Some(h) = &sc.lttng_header {
+            decode_lttng_header(prog, c, h, vh)?;
+        } else if sc.event_header != NONE {
             decode(prog, c, sc.event_header, Scope::EventHeader as usize, vh)?;
         }
         let id =
             if c.set & (1 << Special::EventId as u32) != 0 { c.regs[Special::EventId as usize] } else { 0 };
         let Some(ei) = sc.event(id) else {
-            return Err(DErr {
-                pos: start,
-                msg: format!("event id {id} is not declared in stream class {}", sc.id),
-                eod: false,
-            });
+            return Err(DErr::new(
+                start,
+                format!("event id {id} is not declared in stream class {}", sc.id),
+                false,
+            ));
         };
         self.event = ei;
         self.ts = c.clock;
@@ -731,17 +788,17 @@ impl StreamDecoder {
         vec_.clear();
         vp.clear();
         if sc.event_context != NONE {
-            decode(prog, c, sc.event_context, Scope::StreamEventContext as usize, vsc)?;
+            decode_root(prog, c, sc.event_context, Scope::StreamEventContext as usize, vsc)?;
         }
         if ec.context != NONE {
-            decode(prog, c, ec.context, Scope::EventContext as usize, vec_)?;
+            decode_root(prog, c, ec.context, Scope::EventContext as usize, vec_)?;
         }
         if ec.payload != NONE {
-            decode(prog, c, ec.payload, Scope::Payload as usize, vp)?;
+            decode_root(prog, c, ec.payload, Scope::Payload as usize, vp)?;
         }
         if c.pos == start {
             // An event that takes no bits would repeat forever.
-            return Err(DErr { pos: start, msg: "event of zero size".into(), eod: false });
+            return Err(DErr::new(start, "event of zero size".into(), false));
         }
         Ok(())
     }

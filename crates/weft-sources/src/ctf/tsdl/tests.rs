@@ -47,6 +47,19 @@ fn parses_an_lttng_style_metadata() {
     assert_eq!(c.events.len(), 5);
     assert_eq!(c.streams[0].event(70000), Some(4));
     assert_eq!(c.streams[0].clock, Some(0));
+    // LTTng's header layouts take the decoder's fast path (both kinds); others do not.
+    let h = c.streams[0].lttng_header.as_ref().expect("compact header recognised");
+    assert_eq!((h.id.size, h.ts.size, h.ext), (5, 27, 31));
+    let large = SynthOptions { header: crate::ctf::synth::Header::Large, ..SynthOptions::default() };
+    let c = compile(parse(&metadata(&large)).unwrap(), Path::new("m")).unwrap();
+    let h = c.streams[0].lttng_header.as_ref().expect("large header recognised");
+    assert_eq!((h.id.size, h.ts.size, h.ext), (16, 32, 65535));
+    let other = metadata(&large).replace(
+        "enum : uint16_t { compact = 0 ... 65534, extended = 65535 }",
+        "enum : uint16_t { compact = 0 ... 65533, extended = 65534 ... 65535 }",
+    );
+    let c = compile(parse(&other).unwrap(), Path::new("m")).unwrap();
+    assert!(c.streams[0].lttng_header.is_none());
 }
 
 #[test]
