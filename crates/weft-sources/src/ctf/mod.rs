@@ -30,6 +30,17 @@
 //!
 //! Memory is bounded by one packet per open stream (LTTng packets are sub-buffers: 4 KiB to a
 //! few MiB; [`DecodeOptions::max_packet_bytes`] caps them).
+//!
+//! Checked against babeltrace2 field by field: real LTTng-UST recordings of a provider with
+//! every field type, synthetic traces ([`synth`]) with both LTTng header layouts, both byte
+//! orders, unaligned bit fields and timestamp wrap-around, and babeltrace's own CTF test traces
+//! (during development).
+//!
+//! Not supported (each is a clear error naming the declaration): CTF 2 (LTTng 2.13 writes 1.8),
+//! integers wider than 64 bits, floating point other than binary32/binary64, compressed,
+//! encrypted or checksummed metadata packets. A packet UUID that differs from the metadata's
+//! is read with a warning, as babeltrace2 does. Fields referred to by sequences and variants
+//! must be declared before them (CTF requires it).
 
 pub mod bits;
 pub mod compile;
