@@ -533,7 +533,11 @@ impl StreamDecoder {
             self.done = true;
             return Err(e);
         }
-        tracing::warn!("{e}");
+        if self.stats.errors < self.opts.max_error_samples as u64 {
+            tracing::warn!("{e}");
+        } else {
+            tracing::debug!("{e}");
+        }
         self.stats.errors += 1;
         self.stats.skipped_bytes += skipped;
         if self.stats.error_samples.len() < self.opts.max_error_samples {

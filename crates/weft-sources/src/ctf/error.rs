@@ -83,12 +83,20 @@ impl CtfError {
 
 impl From<CtfError> for crate::SourceError {
     fn from(e: CtfError) -> Self {
+        // SourceError prints "{path}: {msg}": keep the location, drop the repeated path.
         match e {
             CtfError::Io { path, op, source } => crate::SourceError::Io { path, op, source },
-            CtfError::Metadata { ref path, .. }
-            | CtfError::MetadataPacket { ref path, .. }
-            | CtfError::Stream { ref path, .. }
-            | CtfError::Layout { ref path, .. } => crate::SourceError::invalid(path.clone(), e.to_string()),
+            CtfError::Metadata { path, line, col, msg } => {
+                crate::SourceError::invalid(path, format!("line {line}, column {col}: {msg}"))
+            }
+            CtfError::MetadataPacket { path, offset, msg } => {
+                crate::SourceError::invalid(path, format!("metadata packet at byte {offset}: {msg}"))
+            }
+            CtfError::Stream { path, packet, offset, bit, msg } => crate::SourceError::invalid(
+                path,
+                format!("packet at byte {packet}: byte {offset}{}: {msg}", fmt_bit(bit)),
+            ),
+            CtfError::Layout { path, msg } => crate::SourceError::invalid(path, msg),
         }
     }
 }
@@ -107,5 +115,24 @@ impl MetaErr {
     }
     pub fn with_path(self, path: impl Into<PathBuf>) -> CtfError {
         CtfError::Metadata { path: path.into(), line: self.line, col: self.col, msg: self.msg }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_place() {
+        let e =
+            CtfError::Stream { path: "t/ch_0".into(), packet: 4096, offset: 4180, bit: 3, msg: "bad".into() };
+        assert_eq!(e.to_string(), "t/ch_0: packet at byte 4096: byte 4180 bit 3: bad");
+        assert_eq!(
+            crate::SourceError::from(e).to_string(),
+            "t/ch_0: packet at byte 4096: byte 4180 bit 3: bad"
+        );
+        let m = CtfError::Metadata { path: "t/metadata".into(), line: 3, col: 7, msg: "x".into() };
+        assert_eq!(m.to_string(), "t/metadata:3:7: x");
+        assert_eq!(crate::SourceError::from(m).to_string(), "t/metadata: line 3, column 7: x");
     }
 }
