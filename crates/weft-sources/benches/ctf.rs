@@ -16,7 +16,11 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use weft_sources::ctf::synth::{Header, SynthOptions, write_trace};
 use weft_sources::ctf::{DecodeOptions, StreamDecoder, open_traces};
 
-const EVENTS: u64 = 1_000_000;
+/// Events per trace: 1M under `cargo bench`; a small trace when `cargo test` runs the bench
+/// once as a smoke test.
+fn events() -> u64 {
+    if std::env::args().any(|a| a == "--bench") { 1_000_000 } else { 20_000 }
+}
 
 fn decoders(dir: &Path) -> Vec<StreamDecoder> {
     let mut out = Vec::new();
@@ -77,10 +81,13 @@ fn cpu_time(who: libc::c_int) -> Duration {
 /// Events per CPU-second of weft's decoder and of babeltrace2 on `dir` (the machine is shared:
 /// wall time includes waiting for a core, CPU time does not).
 fn per_core(label: &str, dir: &Path) {
+    if events() < 1_000_000 {
+        return; // a smoke test under `cargo test`: no figures
+    }
     const RUNS: u32 = 5;
     let t0 = cpu_time(libc::RUSAGE_SELF);
     for _ in 0..RUNS {
-        assert_eq!(decode_all(dir), EVENTS);
+        assert_eq!(decode_all(dir), events());
     }
     let weft = (cpu_time(libc::RUSAGE_SELF) - t0) / RUNS;
     let t0 = cpu_time(libc::RUSAGE_CHILDREN);
@@ -88,9 +95,10 @@ fn per_core(label: &str, dir: &Path) {
         babeltrace2_dummy(dir);
     }
     let bt2 = (cpu_time(libc::RUSAGE_CHILDREN) - t0) / RUNS;
-    let rate = |d: Duration| EVENTS as f64 / d.as_secs_f64() / 1e6;
+    let rate = |d: Duration| events() as f64 / d.as_secs_f64() / 1e6;
     eprintln!(
-        "{label}: CPU time per {EVENTS} events: weft {:.1} ms ({:.1} M events/s per core), babeltrace2 {:.1} ms ({:.1} M events/s per core): {:.1}x",
+        "{label}: CPU time per {} events: weft {:.1} ms ({:.1} M events/s per core), babeltrace2 {:.1} ms ({:.1} M events/s per core): {:.1}x",
+        events(),
         weft.as_secs_f64() * 1e3,
         rate(weft),
         bt2.as_secs_f64() * 1e3,
@@ -105,7 +113,7 @@ fn bench(c: &mut Criterion) {
     assert!(have_bt2, "babeltrace2 is missing: run .ci/test (it installs .ci/apt-packages)");
     let tmp = tempfile::tempdir().expect("temp dir");
     let opts = SynthOptions {
-        events: EVENTS,
+        events: events(),
         streams: 1,
         packet_bytes: 4 << 20,
         header: Header::Large,
@@ -114,8 +122,8 @@ fn bench(c: &mut Criterion) {
     };
     let sum = write_trace(tmp.path(), &opts).expect("write trace");
     let dir = tmp.path();
-    assert_eq!(decode_all(dir), EVENTS);
-    assert_eq!(babeltrace2_count(dir), EVENTS, "babeltrace2 reads the generated trace");
+    assert_eq!(decode_all(dir), events());
+    assert_eq!(babeltrace2_count(dir), events(), "babeltrace2 reads the generated trace");
     eprintln!(
         "trace: {} events, {} packets, {} extended headers, {} timestamp wraps",
         sum.events, sum.packets, sum.extended, sum.wraps
@@ -124,7 +132,7 @@ fn bench(c: &mut Criterion) {
     per_core("small events", dir);
 
     let mut g = c.benchmark_group("ctf_1M_small_events");
-    g.throughput(Throughput::Elements(EVENTS));
+    g.throughput(Throughput::Elements(events()));
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(8));
     g.bench_function("weft_decode", |b| b.iter(|| decode_all(dir)));
@@ -137,7 +145,7 @@ fn bench(c: &mut Criterion) {
     // A mixed trace: every field kind, both headers' extended forms, bit fields.
     let tmp2 = tempfile::tempdir().expect("temp dir");
     let mixed = SynthOptions {
-        events: EVENTS,
+        events: events(),
         streams: 1,
         packet_bytes: 4 << 20,
         header: Header::Compact,
@@ -146,7 +154,7 @@ fn bench(c: &mut Criterion) {
     write_trace(tmp2.path(), &mixed).expect("write trace");
     per_core("mixed events", tmp2.path());
     let mut g = c.benchmark_group("ctf_1M_mixed_events");
-    g.throughput(Throughput::Elements(EVENTS));
+    g.throughput(Throughput::Elements(events()));
     g.sample_size(10);
     g.measurement_time(Duration::from_secs(8));
     g.bench_function("weft_decode", |b| b.iter(|| decode_all(tmp2.path())));
