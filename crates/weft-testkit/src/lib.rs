@@ -6,12 +6,15 @@
 //!   projects live there and are never copied into the repository);
 //! * [`peers_dir`], [`python`], [`node_modules`]: the real peers `.ci/test` installs (the
 //!   OpenTelemetry Python SDK, py_zipkin, ns-3, playwright-core, ...);
-//! * [`free_port`]: a loopback port nobody listens on.
+//! * [`free_port`]: a loopback port nobody listens on;
+//! * [`lttng`]: real LTTng-UST recordings of weft's test program (every field type, BlkKin).
 //!
 //! A test that needs a peer **fails** with a message naming `.ci/test` when the peer is
 //! missing — it never skips silently.
 
 use std::path::{Path, PathBuf};
+
+pub mod lttng;
 
 /// The `shared/` directory beside the repository: `$WEFT_SHARED`, else the first `shared`
 /// directory found next to an ancestor of this crate (the repository's parent in a checkout).

@@ -33,6 +33,8 @@ enum Command {
     Loadgen(cmd::loadgen::Args),
     /// Record the kernel (perf_event_open): scheduler switches, syscalls, tracepoints, uprobes.
     Record(cmd::record::Args),
+    /// Import recorded traces: `weft import ctf TRACE_DIR` (LTTng/CTF: BlkKin spans, every event).
+    Import(cmd::import::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -47,6 +49,7 @@ fn main() -> std::process::ExitCode {
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
         Command::Record(a) => cmd::record::run(a),
+        Command::Import(a) => cmd::import::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! One module per subcommand: each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
 pub mod convert;
+pub mod import;
 pub mod loadgen;
 pub mod query;
 pub mod record;

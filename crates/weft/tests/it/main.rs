@@ -1,4 +1,5 @@
-//! Integration tests of the `weft` binary.
+//! Integration tests of the `weft` binary (run as a subprocess).
 
+mod import_ctf;
 mod record;
 mod ui;
