@@ -90,9 +90,10 @@
 //! latest egress hop on another node that did not leave towards a NIC simulator), so one
 //! packet's network journey is one trace. The trace starts at the sending host's HostCall
 //! when the topology has hosts and NICs linked to the network (NIC TX → first hop), at the
-//! packet's first hop otherwise. Packets are identified by ns-3's packet uid plus their
-//! IPv4/ARP addresses (so an echo server that sends the received packet object back starts a
-//! new journey), and where the log has no uid by addresses, ports, IP id and size.
+//! packet's first hop otherwise. Packets are identified by ns-3's packet uid plus their IPv4
+//! header (addresses, protocol, ports, IP id) or ARP addresses — an echo server that sends the
+//! received packet object back, or TCP segments cut from one buffered packet, keep the uid but
+//! are new packets — and where the log has no uid by that header alone (or the size).
 //!
 //! **Inside a component** (Columbo's rules, spec §6): host MMIO/interrupt/PCI spans are
 //! children of the current HostCall span; NIC DMA, TX and MSI-X spans are children of the
@@ -116,3 +117,15 @@
 //! run report ("unmatched cross-component causes"), never silently dropped.
 
 #![warn(missing_docs)]
+
+pub mod actor;
+pub mod assemble;
+pub mod merge;
+pub mod pipeline;
+pub mod sink;
+pub mod topology;
+pub mod weaver;
+
+pub use pipeline::{Run, RunReport, WeaveError};
+pub use topology::Topology;
+pub mod render;

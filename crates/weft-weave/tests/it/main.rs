@@ -1,0 +1,3 @@
+//! weft-weave integration tests (one binary).
+
+mod golden;
