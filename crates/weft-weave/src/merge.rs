@@ -210,12 +210,16 @@ mod tests {
         assert_eq!(m.blocking(), vec![0]);
         m.push(0, vec![ev(5, 0)]);
         m.pop_ready(&mut out, 100);
-        // (5,0) < (5,1); then source 0's watermark (5,0) < (5,1) so (5,1) may go too.
-        assert_eq!(out.iter().map(|e| (e.time_ns, e.source.0)).collect::<Vec<_>>(), vec![(5, 0), (5, 1)]);
+        // (5,0) goes; (5,1) waits: source 0 may still deliver another event at 5, which
+        // sorts first.
+        assert_eq!(out.iter().map(|e| (e.time_ns, e.source.0)).collect::<Vec<_>>(), vec![(5, 0)]);
         assert_eq!(m.blocking(), vec![0]);
+        m.push(0, vec![ev(6, 0)]);
+        m.pop_ready(&mut out, 100);
+        assert_eq!(out.iter().map(|e| (e.time_ns, e.source.0)).collect::<Vec<_>>(), vec![(5, 0), (5, 1), (6, 0)]);
         m.end(0);
         m.pop_ready(&mut out, 100);
-        assert_eq!(out.len(), 3);
+        assert_eq!(out.len(), 4);
         m.end(1);
         assert!(m.is_done());
     }
