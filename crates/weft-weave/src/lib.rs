@@ -129,3 +129,4 @@ pub mod weaver;
 pub use pipeline::{Run, RunReport, WeaveError};
 pub use topology::Topology;
 pub mod render;
+pub mod synth;

@@ -216,7 +216,10 @@ mod tests {
         assert_eq!(m.blocking(), vec![0]);
         m.push(0, vec![ev(6, 0)]);
         m.pop_ready(&mut out, 100);
-        assert_eq!(out.iter().map(|e| (e.time_ns, e.source.0)).collect::<Vec<_>>(), vec![(5, 0), (5, 1), (6, 0)]);
+        assert_eq!(
+            out.iter().map(|e| (e.time_ns, e.source.0)).collect::<Vec<_>>(),
+            vec![(5, 0), (5, 1), (6, 0)]
+        );
         m.end(0);
         m.pop_ready(&mut out, 100);
         assert_eq!(out.len(), 4);
