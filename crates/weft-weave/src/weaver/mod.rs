@@ -473,12 +473,12 @@ impl Weave {
                 Role::Nic => {
                     w.route[i].nic = Some(w.nics.len());
                     let id = Ident::new(i, &c.name, &c.name, "nic", &c.tool, "weft.weave.nic");
-                    w.nics.push(nic::NicWeaver::new(id));
+                    w.nics.push(nic::NicWeaver::new(id, cfg.max_cause_age_ns));
                 }
                 Role::Network { nodes } => {
                     w.route[i].net = Some(w.nets.len());
                     let id = Ident::new(i, &c.name, &c.name, "network", &c.tool, "weft.weave.network");
-                    w.nets.push(net::NetWeaver::new(id, nodes));
+                    w.nets.push(net::NetWeaver::new(id, nodes, cfg.max_cause_age_ns));
                 }
                 Role::HostAndNic { nic } => {
                     w.route[i].host = Some(w.hosts.len());
@@ -486,7 +486,7 @@ impl Weave {
                     let hid = Ident::new(i, &c.name, &c.name, "host", &c.tool, "weft.weave.host");
                     let nid = Ident::new(i, nic, &c.name, "nic", &c.tool, "weft.weave.nic");
                     let mut h = host::HostWeaver::new(hid, classes.clone(), cfg.keep_bare_calls);
-                    let mut n = nic::NicWeaver::new(nid);
+                    let mut n = nic::NicWeaver::new(nid, cfg.max_cause_age_ns);
                     let link = w.links.pcie.len();
                     w.links.pcie.push(pcie_queues(format!("{} ↔ {}", c.name, nic), PcieMode::Order, cfg));
                     h.set_pcie(link, PcieMode::Order);
@@ -627,6 +627,9 @@ impl Weave {
 }
 
 fn pcie_queues(name: String, mode: PcieMode, cfg: &WeaveConfig) -> PcieQueues {
-    let q = || CtxQueue::new(cfg.max_queued_causes, cfg.max_cause_age_ns);
+    // QEMU's untimed exec lines take the time of the last timestamped line before them, so
+    // ages mean nothing there: order alone matches.
+    let age = if mode == PcieMode::Order { u64::MAX } else { cfg.max_cause_age_ns };
+    let q = || CtxQueue::new(cfg.max_queued_causes, age);
     PcieQueues { name, mode, mmio: q(), dma: q(), msix: q(), recv: q(), xmit: q() }
 }

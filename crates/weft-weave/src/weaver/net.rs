@@ -15,10 +15,9 @@
 //! ports, IP id) or ARP addresses agree (lines without them join the uid's most recent
 //! journey); a uid seen with a new header starts a new journey — an echo server sending the
 //! received packet object back, or TCP segments cut from one buffered packet (they keep its
-//! uid). Without uids
-//! (stock ns-3, the fork's 2023 layout) the key is the addresses, ports and IP id (or, with
-//! no headers at all, the payload size). A packet entering from a NIC (`RxPacketFromAdapter`)
-//! always starts a new journey.
+//! uid). Without uids (stock ns-3, the fork's 2023 layout) the same holds among the recent
+//! journeys (active within the maximum cause age) of the same payload size. A packet entering
+//! from a NIC (`RxPacketFromAdapter`) always starts a new journey.
 //!
 //! **Parents.** An egress hop's parent is the journey's latest ingress hop on the same node
 //! (else its latest hop); an ingress hop's parent is the journey's latest egress hop on another
@@ -52,13 +51,6 @@ enum Addrs {
     Arp { src: [u8; 4], dst: [u8; 4], req: bool },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Flow {
-    Ip { src: [u8; 4], dst: [u8; 4], proto: u8, sport: u16, dport: u16, ident: u16 },
-    Arp { src: [u8; 4], dst: [u8; 4], req: bool },
-    Size(u32),
-}
-
 #[derive(Debug, Clone, Copy)]
 struct HopRef {
     id: LocalId,
@@ -72,7 +64,7 @@ struct HopRef {
 #[derive(Debug)]
 struct Journey {
     uid: Option<u64>,
-    flow: Option<Flow>,
+    size: u32,
     addrs: Option<Addrs>,
     hops: Vec<HopRef>,
     open: u32,
@@ -104,7 +96,8 @@ pub(crate) struct NetWeaver {
     journeys: HashMap<JourneyId, Journey>,
     next_journey: JourneyId,
     by_uid: HashMap<u64, Vec<JourneyId>>,
-    by_flow: HashMap<Flow, JourneyId>,
+    by_size: HashMap<u32, Vec<JourneyId>>,
+    idle_ns: u64,
     open: HashMap<DevKey, VecDeque<OpenHop>>,
     open_count: usize,
     held: VecDeque<(Building, Arc<str>)>,
@@ -122,23 +115,6 @@ fn addrs_of(n: &NetEvent) -> Option<Addrs> {
         });
     }
     n.arp.as_ref().map(|a| Addrs::Arp { src: a.src_ip, dst: a.dst_ip, req: a.is_request })
-}
-
-fn flow_of(n: &NetEvent) -> Flow {
-    if let Some(ip) = &n.ipv4 {
-        return Flow::Ip {
-            src: ip.src_ip,
-            dst: ip.dst_ip,
-            proto: ip.protocol,
-            sport: ip.src_port,
-            dport: ip.dst_port,
-            ident: ip.ident,
-        };
-    }
-    match &n.arp {
-        Some(a) => Flow::Arp { src: a.src_ip, dst: a.dst_ip, req: a.is_request },
-        None => Flow::Size(n.payload_size),
-    }
 }
 
 /// Which direction an event's hop is in (see the module docs).
@@ -164,7 +140,7 @@ fn transport(p: u8) -> String {
 }
 
 impl NetWeaver {
-    pub fn new(who: Ident, names: &BTreeMap<u32, String>) -> Self {
+    pub fn new(who: Ident, names: &BTreeMap<u32, String>, idle_ns: u64) -> Self {
         NetWeaver {
             who,
             names: names.clone(),
@@ -173,7 +149,8 @@ impl NetWeaver {
             journeys: HashMap::new(),
             next_journey: 1,
             by_uid: HashMap::new(),
-            by_flow: HashMap::new(),
+            by_size: HashMap::new(),
+            idle_ns,
             open: HashMap::new(),
             open_count: 0,
             held: VecDeque::new(),
@@ -206,18 +183,20 @@ impl NetWeaver {
     fn new_journey(&mut self, n: &NetEvent, now: u64) -> JourneyId {
         let id = self.next_journey;
         self.next_journey += 1;
-        let flow = if n.packet_uid.is_none() { Some(flow_of(n)) } else { None };
         self.journeys.insert(
             id,
-            Journey { uid: n.packet_uid, flow, addrs: addrs_of(n), hops: Vec::new(), open: 0, last_ns: now },
+            Journey {
+                uid: n.packet_uid,
+                size: n.payload_size,
+                addrs: addrs_of(n),
+                hops: Vec::new(),
+                open: 0,
+                last_ns: now,
+            },
         );
         match n.packet_uid {
             Some(u) => self.by_uid.entry(u).or_default().push(id),
-            None => {
-                if let Some(f) = flow {
-                    self.by_flow.insert(f, id);
-                }
-            }
+            None => self.by_size.entry(n.payload_size).or_default().push(id),
         }
         if self.journeys.len() > MAX_JOURNEYS {
             self.sweep();
@@ -225,21 +204,25 @@ impl NetWeaver {
         id
     }
 
-    fn find_journey(&self, n: &NetEvent) -> Option<JourneyId> {
-        match n.packet_uid {
-            Some(u) => {
-                let list = self.by_uid.get(&u)?;
-                let a = addrs_of(n);
-                list.iter()
-                    .rev()
-                    .find(|j| match (a, self.journeys.get(j).and_then(|j| j.addrs)) {
-                        (Some(x), Some(y)) => x == y,
-                        _ => true,
-                    })
-                    .copied()
-            }
-            None => self.by_flow.get(&flow_of(n)).copied(),
-        }
+    /// The journey an event belongs to: the most recent one of its uid (without uids: of its
+    /// payload size, active within the idle time) whose header agrees.
+    fn find_journey(&self, n: &NetEvent, now: u64) -> Option<JourneyId> {
+        let list = match n.packet_uid {
+            Some(u) => self.by_uid.get(&u)?,
+            None => self.by_size.get(&n.payload_size)?,
+        };
+        let a = addrs_of(n);
+        list.iter()
+            .rev()
+            .find(|j| {
+                let Some(j) = self.journeys.get(j) else { return false };
+                let same = match (a, j.addrs) {
+                    (Some(x), Some(y)) => x == y,
+                    _ => true,
+                };
+                same && (n.packet_uid.is_some() || now.saturating_sub(j.last_ns) <= self.idle_ns)
+            })
+            .copied()
     }
 
     /// Forgets the oldest journeys that have no open hop (bounded memory).
@@ -257,10 +240,13 @@ impl NetWeaver {
                         self.by_uid.remove(&u);
                     }
                 }
-                if let Some(f) = j.flow
-                    && self.by_flow.get(&f) == Some(&id)
+                if j.uid.is_none()
+                    && let Some(list) = self.by_size.get_mut(&j.size)
                 {
-                    self.by_flow.remove(&f);
+                    list.retain(|x| *x != id);
+                    if list.is_empty() {
+                        self.by_size.remove(&j.size);
+                    }
                 }
             }
         }
@@ -323,7 +309,7 @@ impl NetWeaver {
         let ingress = is_ingress(n);
         let from_adapter = n.boundary == Boundary::FromAdapter;
         let to_adapter = n.device_type == DeviceType::Cosim && !ingress;
-        let jid = match (from_adapter, self.find_journey(n)) {
+        let jid = match (from_adapter, self.find_journey(n, ev.time_ns)) {
             (false, Some(j)) => j,
             _ => self.new_journey(n, ev.time_ns),
         };
@@ -391,7 +377,7 @@ impl NetWeaver {
     fn close_hop(&mut self, ev: &Event, n: &NetEvent, cx: &mut Cx) {
         let drop = n.op == NetOp::Drop;
         let ingress = is_ingress(n);
-        let jid = self.find_journey(n);
+        let jid = self.find_journey(n, ev.time_ns);
         let found = jid.and_then(|jid| {
             let dirs: &[bool] = if drop { &[ingress, !ingress] } else { &[ingress] };
             dirs.iter().find_map(|&d| {

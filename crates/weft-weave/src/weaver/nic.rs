@@ -3,7 +3,8 @@
 //!
 //! * **NicMmio** — one register access (`NicMmioR`/`W`), caused by the host MMIO with the same
 //!   direction and BAR offset (else the oldest host MMIO of that direction). A write becomes the
-//!   NIC's `last_causing` span: doorbells cause DMA and transmissions.
+//!   NIC's `last_causing` span: doorbells cause DMA and transmissions (for at most the
+//!   maximum cause age: a doorbell seconds ago caused nothing that happens now).
 //! * **NicDma** — `NicDmaI` … `NicDmaEn` … `NicDmaEx` … `NicDmaCR`/`CW` (same op and
 //!   address), a child of `last_causing`. At `NicDmaEx` (the request leaves the NIC) it is
 //!   offered to the host as the cause of its DMA (key: the op pointer = gem5's DMA id). A
@@ -36,23 +37,30 @@ pub(crate) struct NicWeaver {
     who: Ident,
     pcie: Option<(usize, PcieMode)>,
     eth: Option<usize>,
-    last_causing: Option<LocalId>,
+    last_causing: Option<(LocalId, u64)>,
+    max_age_ns: u64,
     dma: VecDeque<Dma>,
     tx_frame: Option<(Building, u64)>,
     rx_frame: Option<Building>,
 }
 
 impl NicWeaver {
-    pub fn new(who: Ident) -> Self {
+    pub fn new(who: Ident, max_age_ns: u64) -> Self {
         NicWeaver {
             who,
             pcie: None,
             eth: None,
             last_causing: None,
+            max_age_ns,
             dma: VecDeque::new(),
             tx_frame: None,
             rx_frame: None,
         }
+    }
+
+    /// The latest MMIO write or RX span, unless it is older than the maximum cause age.
+    fn causing(&self, now_ns: u64) -> Option<LocalId> {
+        self.last_causing.filter(|(_, t)| now_ns.saturating_sub(*t) <= self.max_age_ns).map(|(id, _)| id)
     }
 
     pub fn set_pcie(&mut self, link: usize, mode: PcieMode) {
@@ -87,7 +95,7 @@ impl NicWeaver {
             NicEvent::MmioR { off, len, val } => self.on_mmio(ev, off, len, val, false, None, cx),
             NicEvent::MmioW { off, len, val, posted } => self.on_mmio(ev, off, len, val, true, posted, cx),
             NicEvent::DmaI { op, addr, len } => {
-                let id = cx.asm.open(self.last_causing);
+                let id = cx.asm.open(self.causing(ev.time_ns));
                 let mut b = Building::new(id, "NicDma", ev);
                 b.attr(attr::DMA_ID, int(op));
                 b.attr(attr::DMA_ADDR, int(addr));
@@ -125,7 +133,7 @@ impl NicWeaver {
                     }
                     None => {
                         cx.anomaly("NIC DMA completion without its issue (span marked incomplete)");
-                        let id = cx.asm.open(self.last_causing);
+                        let id = cx.asm.open(self.causing(ev.time_ns));
                         let mut b = Building::new(id, "NicDma", ev);
                         b.attr(attr::DMA_ID, int(op));
                         b.attr(attr::DMA_ADDR, int(addr));
@@ -137,7 +145,7 @@ impl NicWeaver {
                 }
             }
             NicEvent::Msix { vec, .. } => {
-                let id = cx.asm.open(self.last_causing);
+                let id = cx.asm.open(self.causing(ev.time_ns));
                 let mut b = Building::new(id, "NicMsix", ev);
                 b.attr(attr::MSIX_VECTOR, int(vec as u64));
                 if let Some(l) = self.full_link() {
@@ -228,7 +236,7 @@ impl NicWeaver {
         }
         b.causes.extend(cause.map(|c| c.span));
         if write {
-            self.last_causing = Some(id);
+            self.last_causing = Some((id, ev.time_ns));
         }
         self.close(b, cx);
     }
@@ -241,7 +249,7 @@ impl NicWeaver {
         {
             return (Some(c.span), Some(c.span));
         }
-        (self.last_causing, None)
+        (self.causing(ev.time_ns), None)
     }
 
     fn finish_tx(&mut self, mut b: Building, len: u64, now: u64, cx: &mut Cx) {
@@ -271,7 +279,7 @@ impl NicWeaver {
         if let Some(p) = port {
             b.attr(attr::ETH_PORT, int(p as u64));
         }
-        self.last_causing = Some(b.id);
+        self.last_causing = Some((b.id, b.start_ns));
         if let Some((l, _)) = self.pcie {
             cx.links.pcie[l].recv.push(Ctx { span: b.id, time_ns: b.start_ns, key: 0, aux: 0 });
         }
