@@ -387,8 +387,8 @@ device = 2
                 "{t}: system.pc.simbricks_0.pio: simbricks-pci: sending immediate response for posted write"
             ),
         );
-        let desc = 0x2368_c600_0u64 + (i % 256) * 0x10;
-        let data = 0x2368_ba0c_0u64 + (i % 256) * 0x800;
+        let desc = 0x0002_368c_6000_u64 + (i % 256) * 0x10;
+        let data = 0x0002_368b_a0c0_u64 + (i % 256) * 0x800;
         let mut at = t + 500 * NS;
         r.push(
             n,
@@ -441,8 +441,8 @@ device = 2
         let h = host(side);
         let n = nic(side);
         r.push(n, t, format!("info: main_time = {t}: nicbm: eth rx: port 0 len 98"));
-        let buf = 0x2368_d00a_0u64 + (i % 256) * 0x800;
-        let desc = 0x2368_d10a_0u64 + (i % 256) * 0x10;
+        let buf = 0x0002_368d_00a0_u64 + (i % 256) * 0x800;
+        let desc = 0x0002_368d_10a0_u64 + (i % 256) * 0x10;
         let mut at = t;
         for (k, (addr, len)) in [(buf, 98u64), (desc, 32)].into_iter().enumerate() {
             let op = Self::op(side, i, 4 + k as u64);
