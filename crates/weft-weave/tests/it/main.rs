@@ -1,3 +1,6 @@
 //! weft-weave integration tests (one binary).
 
+mod bad_input;
+mod fifo;
 mod golden;
+mod props;
