@@ -75,6 +75,9 @@
 //! backpressure = "block"         # or "drop" (counted): what a slow sink does to the pipeline
 //! ```
 //!
+//! Paths may use `${NAME}` and `${NAME:-default}` (environment variables, e.g. a run
+//! directory); relative paths are relative to the topology file.
+//!
 //! Errors name the file, the key and the problem (`topo.toml: source[2].symbols[0].offset:
 //! not a number: "0xzz"`); TOML syntax errors quote the offending line.
 
@@ -347,6 +350,27 @@ pub const EVENT_TYPES: &[&str] = &[
     "NetworkReceive",
 ];
 
+/// Expands `${NAME}` and `${NAME:-default}` from `vars`, else the environment.
+fn expand(s: &str, vars: &BTreeMap<String, String>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let end = after.find('}').ok_or_else(|| format!("unclosed `${{` in `{s}`"))?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        let v = vars.get(name).cloned().or_else(|| std::env::var(name).ok()).or(default.map(str::to_owned));
+        out.push_str(&v.ok_or_else(|| format!("`${{{name}}}` is not set (and has no `:-default`)"))?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 fn parse_num(n: &Num) -> Option<u64> {
     match n {
         Num::Int(i) => u64::try_from(*i).ok(),
@@ -385,6 +409,17 @@ impl Topology {
 
     /// Parses and validates topology text; relative paths are resolved against `base`.
     pub fn parse(text: &str, file: &Path, base: &Path) -> Result<Topology, TopologyError> {
+        Topology::parse_with_vars(text, file, base, &BTreeMap::new())
+    }
+
+    /// [`Topology::parse`] with variables for `${NAME}` in paths that take precedence over
+    /// the environment.
+    pub fn parse_with_vars(
+        text: &str,
+        file: &Path,
+        base: &Path,
+        vars: &BTreeMap<String, String>,
+    ) -> Result<Topology, TopologyError> {
         let err = |key: &str, msg: String| TopologyError { file: file.to_owned(), key: key.to_owned(), msg };
         let raw: RawTopology =
             toml::from_str(text).map_err(|e| err("toml", e.to_string().trim_end().to_owned()))?;
@@ -409,9 +444,9 @@ impl Topology {
                 return Err(err(k, "must be at least 1".into()));
             }
         }
-        let resolve = |p: &str| {
-            let p = PathBuf::from(p);
-            if p.is_absolute() { p } else { base.join(p) }
+        let resolve = |key: &str, p: &str| -> Result<PathBuf, TopologyError> {
+            let p = PathBuf::from(expand(p, vars).map_err(|m| err(key, m))?);
+            Ok(if p.is_absolute() { p } else { base.join(p) })
         };
         if raw.source.is_empty() {
             return Err(err("source", "no [[source]] given: a topology needs at least one log".into()));
@@ -496,7 +531,7 @@ impl Topology {
                         parse_num(o).ok_or_else(|| err(&sk("offset"), format!("not a number: {o:?}")))?
                     }
                 };
-                let path = resolve(&y.path);
+                let path = resolve(&sk("path"), &y.path)?;
                 symbols.push(SymbolSpec {
                     id: y.id.clone().unwrap_or_else(|| {
                         path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default()
@@ -508,7 +543,7 @@ impl Topology {
             sources.push(SourceSpec {
                 name: s.name.clone(),
                 format,
-                path: resolve(&s.path),
+                path: resolve(&key("path"), &s.path)?,
                 clock,
                 role,
                 symbols,
@@ -623,7 +658,10 @@ impl Topology {
             let queue_batches = s.queue_batches.unwrap_or(64).max(1);
             match s.kind.as_str() {
                 "file" => {
-                    let path = resolve(s.path.as_deref().ok_or_else(|| err(&key("path"), "missing".into()))?);
+                    let path = resolve(
+                        &key("path"),
+                        s.path.as_deref().ok_or_else(|| err(&key("path"), "missing".into()))?,
+                    )?;
                     let format = match &s.format {
                         Some(f) => Format::parse(f)
                             .ok_or_else(|| err(&key("format"), format!("unknown format `{f}`")))?,

@@ -31,6 +31,8 @@ enum Command {
     Query(cmd::query::Args),
     /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
     Loadgen(cmd::loadgen::Args),
+    /// Weave simulator logs (gem5, nicbm, ns-3, QEMU) into end-to-end traces, from files or pipes.
+    Weave(cmd::weave::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -44,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
+        Command::Weave(a) => cmd::weave::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -257,3 +257,27 @@ fn synthetic_ping_end_to_end() {
         assert_eq!(l.stats.unmatched_causes + l.stats.unmatched_effects, 0, "{l:?}");
     }
 }
+
+#[test]
+fn example_topologies_run_without_rejects() {
+    let dir = weft_testkit::workspace_root().join("examples").join("topologies");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        // The examples find the fixtures at ../shared beside the repository, or $WEFT_SHARED.
+        let vars = [("WEFT_SHARED".to_owned(), weft_testkit::shared_dir().display().to_string())].into();
+        let text = std::fs::read_to_string(&p).unwrap();
+        let topo = Topology::parse_with_vars(&text, &p, &dir, &vars).unwrap_or_else(|e| panic!("{e}"));
+        let rep = Run::start(&topo, vec![]).unwrap().wait().unwrap();
+        for s in &rep.sources {
+            assert_eq!(s.stats.rejected.count(), 0, "{}: {}: {:?}", p.display(), s.name, s.stats.rejected);
+            assert!(s.error.is_none(), "{}: {:?}", p.display(), s.error);
+        }
+        assert!(rep.spans > 0, "{}", p.display());
+        n += 1;
+    }
+    assert!(n >= 7, "{n} example topologies");
+}

@@ -4,3 +4,4 @@ mod bad_input;
 mod fifo;
 mod golden;
 mod props;
+mod topology;

@@ -5,3 +5,4 @@ pub mod loadgen;
 pub mod query;
 pub mod serve;
 pub mod units;
+pub mod weave;
