@@ -1,0 +1,3 @@
+//! The `weft` binary's integration tests (one binary).
+
+mod weave;
