@@ -18,8 +18,37 @@
 //! provisional trace, counted in [`AssembleStats::forced`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use weft_model::{Link, LinkRelation, Span, SpanId, TraceId};
+
+/// A hasher for sequential integer ids: one multiply, no SipHash (the maps of the weave are
+/// keyed by ids weft made itself, not by input an attacker chooses).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64)
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64)
+    }
+}
+
+/// A `HashMap` keyed by weft's own ids.
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// A span's id inside one run (1, 2, ...; 0 is never used).
 pub type LocalId = u64;
@@ -65,14 +94,14 @@ pub struct Assembler {
     seed: u64,
     next: LocalId,
     /// Open or closed-but-unexported spans → their parent.
-    live: HashMap<LocalId, Option<LocalId>>,
+    live: IdMap<LocalId, Option<LocalId>>,
     /// Closed spans waiting for the export of the key (their parent).
-    waiting: HashMap<LocalId, Vec<Waiting>>,
+    waiting: IdMap<LocalId, Vec<Waiting>>,
     waiting_count: usize,
     /// Parents with waiting children, in the order they started waiting (for forcing).
     waiting_order: VecDeque<LocalId>,
-    exported: HashMap<LocalId, TraceId>,
-    exported_order: VecDeque<LocalId>,
+    /// Trace ids of the latest exported spans: a ring indexed by local id (ids are sequential).
+    exported: Vec<(LocalId, TraceId)>,
     limits: Limits,
     stats: AssembleStats,
     pending_out: Vec<Span>,
@@ -93,12 +122,11 @@ impl Assembler {
         Assembler {
             seed,
             next: 1,
-            live: HashMap::new(),
-            waiting: HashMap::new(),
+            live: IdMap::default(),
+            waiting: IdMap::default(),
             waiting_count: 0,
             waiting_order: VecDeque::new(),
-            exported: HashMap::new(),
-            exported_order: VecDeque::new(),
+            exported: vec![(0, TraceId::INVALID); limits.exported_memory.max(1)],
             limits,
             stats: AssembleStats::default(),
             pending_out: Vec::new(),
@@ -158,8 +186,8 @@ impl Assembler {
     /// The trace `id` belongs to now (final once `id` is exported).
     pub fn trace_of(&self, mut id: LocalId) -> TraceId {
         for _ in 0..10_000 {
-            if let Some(t) = self.exported.get(&id) {
-                return *t;
+            if let Some(t) = self.exported_trace(id) {
+                return t;
             }
             match self.live.get(&id) {
                 Some(Some(p)) => id = *p,
@@ -176,32 +204,61 @@ impl Assembler {
         let parent = self.live.get(&id).copied().flatten();
         span.span_id = self.span_id(id);
         span.parent_span_id = parent.map(|p| self.span_id(p));
-        let w = Waiting { id, span: Box::new(span), causes };
         match parent {
             None => {
                 let t = self.root_trace_id(id);
-                self.export(w, t, out);
+                self.export_now(id, span, causes, t, out);
             }
             Some(p) => {
-                if let Some(t) = self.exported.get(&p).copied() {
-                    self.export(w, t, out);
+                if let Some(t) = self.exported_trace(p) {
+                    self.export_now(id, span, causes, t, out);
                 } else if self.live.contains_key(&p) {
                     let list = self.waiting.entry(p).or_default();
                     if list.is_empty() {
                         self.waiting_order.push_back(p);
                     }
-                    list.push(w);
+                    list.push(Waiting { id, span: Box::new(span), causes });
                     self.waiting_count += 1;
                     while self.waiting_count > self.limits.waiting {
                         self.force_oldest(out);
                     }
                 } else {
                     self.stats.orphans += 1;
-                    let mut w = w;
-                    w.span.parent_span_id = None;
+                    span.parent_span_id = None;
                     let t = self.root_trace_id(id);
-                    self.export(w, t, out);
+                    self.export_now(id, span, causes, t, out);
                 }
+            }
+        }
+    }
+
+    /// Exports a span whose trace is known, then whatever waited for it (no boxing on the
+    /// common path).
+    fn export_now(
+        &mut self,
+        id: LocalId,
+        mut span: Span,
+        causes: Vec<LocalId>,
+        trace: TraceId,
+        out: &mut Vec<Span>,
+    ) {
+        span.trace_id = trace;
+        for c in causes {
+            span.links.push(Link {
+                trace_id: self.trace_of(c),
+                span_id: self.span_id(c),
+                relation: LinkRelation::CausedBy,
+                ..Link::default()
+            });
+        }
+        self.live.remove(&id);
+        self.remember(id, trace);
+        self.stats.exported += 1;
+        out.push(span);
+        if let Some(children) = self.waiting.remove(&id) {
+            self.waiting_count -= children.len();
+            for c in children {
+                self.export(c, trace, out);
             }
         }
     }
@@ -248,13 +305,14 @@ impl Assembler {
     }
 
     fn remember(&mut self, id: LocalId, trace: TraceId) {
-        self.exported.insert(id, trace);
-        self.exported_order.push_back(id);
-        while self.exported_order.len() > self.limits.exported_memory {
-            if let Some(old) = self.exported_order.pop_front() {
-                self.exported.remove(&old);
-            }
-        }
+        let n = self.exported.len() as u64;
+        self.exported[(id % n) as usize] = (id, trace);
+    }
+
+    fn exported_trace(&self, id: LocalId) -> Option<TraceId> {
+        let n = self.exported.len() as u64;
+        let (k, t) = self.exported[(id % n) as usize];
+        (k == id && id != 0).then_some(t)
     }
 
     /// End of input: exports every span still waiting (under its parent's provisional trace;

@@ -53,8 +53,9 @@
 //! | `weft.incomplete` | `true` only on spans closed without their closing event (log ended, a bound was hit, the completion never came) |
 //!
 //! Every event a span groups becomes a span event named by its event type (`HostMmioR`,
-//! `NicDmaEx`, `NetworkEnqueue`, ...) with the event's fields and `weft.raw.time`; at most
-//! 64 per span (the rest are counted in `dropped_events_count`).
+//! `NicDmaEx`, `NetworkEnqueue`, ...) with `weft.raw.time` (and `func` for `HostCall` events);
+//! with `span_events = "full"` it carries all the event's fields. At most 64 per span (the
+//! rest are counted in `dropped_events_count`).
 //!
 //! **Span names** are the span type, except `HostCall`: a HostCall span is one unit of kernel
 //! work — from one entry function (`entry_SYSCALL_64`, ...) to the next — and is named after the

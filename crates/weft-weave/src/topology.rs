@@ -9,6 +9,7 @@
 //! queue_batches = 16             # batches each source may queue ahead of the merge
 //! merge_buffer_events = 262144   # events the merge buffers while waiting for a slow source
 //! max_span_events = 64           # span events kept per span
+//! span_events = "brief"          # brief (name, time, function), full (every field) or none
 //! keep_bare_calls = false        # keep HostCall spans with nothing but their entry function
 //! max_cause_age_ns = 10000000    # a cross-component cause waits at most this long
 //!
@@ -93,7 +94,7 @@ use weft_sources::symbols::{LoadOptions, SymbolFormat, SymbolTable, Symbolizer};
 
 use crate::actor::FilterSpec;
 use crate::sink::{Backpressure, HttpOptions, SinkSpec};
-use crate::weaver::{ComponentSpec, EthLink, FunctionLists, PcieLink, Role, WeaveConfig};
+use crate::weaver::{ComponentSpec, EthLink, FunctionLists, PcieLink, Role, SpanEvents, WeaveConfig};
 
 /// A topology that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +123,8 @@ pub struct RunSpec {
     pub merge_buffer_events: usize,
     /// Span events kept per span.
     pub max_span_events: usize,
+    /// What span events keep of their event.
+    pub span_events: SpanEvents,
     /// Keep HostCall spans with nothing but their entry function.
     pub keep_bare_calls: bool,
     /// Maximum wait of a cross-component cause (ns).
@@ -137,6 +140,7 @@ impl Default for RunSpec {
             queue_batches: 16,
             merge_buffer_events: 1 << 18,
             max_span_events: 64,
+            span_events: SpanEvents::Brief,
             keep_bare_calls: false,
             max_cause_age_ns: 10_000_000,
         }
@@ -201,6 +205,7 @@ struct RawRun {
     queue_batches: Option<usize>,
     merge_buffer_events: Option<usize>,
     max_span_events: Option<usize>,
+    span_events: Option<String>,
     keep_bare_calls: Option<bool>,
     max_cause_age_ns: Option<u64>,
 }
@@ -432,6 +437,13 @@ impl Topology {
             queue_batches: r.queue_batches.unwrap_or(d.queue_batches),
             merge_buffer_events: r.merge_buffer_events.unwrap_or(d.merge_buffer_events),
             max_span_events: r.max_span_events.unwrap_or(d.max_span_events),
+            span_events: match r.span_events.as_deref() {
+                None => d.span_events,
+                Some("brief") => SpanEvents::Brief,
+                Some("full") => SpanEvents::Full,
+                Some("none") => SpanEvents::None,
+                Some(x) => return Err(err("run.span_events", format!("`{x}` is not brief, full or none"))),
+            },
             keep_bare_calls: r.keep_bare_calls.unwrap_or(d.keep_bare_calls),
             max_cause_age_ns: r.max_cause_age_ns.unwrap_or(d.max_cause_age_ns),
         };
@@ -715,6 +727,7 @@ impl Topology {
             eth: self.eth.clone(),
             functions: self.functions.clone(),
             max_span_events: self.run.max_span_events,
+            span_events: self.run.span_events,
             keep_bare_calls: self.run.keep_bare_calls,
             max_cause_age_ns: self.run.max_cause_age_ns,
             ..WeaveConfig::default()

@@ -199,6 +199,19 @@ pub struct EthLink {
     pub device: u32,
 }
 
+/// How much of each grouped event a span keeps as a span event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpanEvents {
+    /// No span events.
+    None,
+    /// Name, time and raw time; the function name of `HostCall` events. Everything else is
+    /// in the span's own attributes (the default: cheap, and enough to see the steps).
+    #[default]
+    Brief,
+    /// Every field of every event (`Event::fields`).
+    Full,
+}
+
 /// Everything the weave needs.
 #[derive(Debug, Clone)]
 pub struct WeaveConfig {
@@ -214,6 +227,8 @@ pub struct WeaveConfig {
     pub functions: FunctionLists,
     /// Span events kept per span.
     pub max_span_events: usize,
+    /// What a span event keeps of its event.
+    pub span_events: SpanEvents,
     /// Keep HostCall spans that saw nothing but their entry function.
     pub keep_bare_calls: bool,
     /// A cause waiting longer than this (ns) for its effect is dropped as unmatched.
@@ -235,6 +250,7 @@ impl Default for WeaveConfig {
             eth: Vec::new(),
             functions: FunctionLists::default(),
             max_span_events: 64,
+            span_events: SpanEvents::Brief,
             keep_bare_calls: false,
             max_cause_age_ns: 10_000_000,
             max_queued_causes: 65_536,
@@ -320,6 +336,28 @@ pub(crate) fn int(v: u64) -> Value {
     Value::I64(v as i64)
 }
 
+fn span_event(e: &Event, detail: SpanEvents) -> SpanEvent {
+    let attributes = match (detail, &e.kind) {
+        (SpanEvents::Full, _) => {
+            let mut f = e.fields();
+            f.push(attr::RAW_TIME, int(e.raw_time));
+            f
+        }
+        (_, EventKind::Host(weft_model::event::HostEvent::Call { func, .. })) => {
+            let mut f = Attributes(Vec::with_capacity(2));
+            f.push("func", func.as_ref());
+            f.push(attr::RAW_TIME, int(e.raw_time));
+            f
+        }
+        _ => {
+            let mut f = Attributes(Vec::with_capacity(1));
+            f.push(attr::RAW_TIME, int(e.raw_time));
+            f
+        }
+    };
+    SpanEvent { time_ns: e.time_ns, name: e.type_name().to_owned(), attributes, ..SpanEvent::default() }
+}
+
 /// Per-component output identity.
 #[derive(Debug, Clone)]
 pub(crate) struct Ident {
@@ -357,6 +395,7 @@ pub(crate) struct Cx<'a> {
     pub out: &'a mut Vec<Span>,
     pub max_events: usize,
     pub max_open: usize,
+    pub detail: SpanEvents,
 }
 
 impl Cx<'_> {
@@ -386,19 +425,11 @@ impl Cx<'_> {
             self.stats.incomplete += 1;
         }
         a.0.extend(attrs.0);
-        let span_events = events
-            .iter()
-            .map(|e| {
-                let mut f = e.fields();
-                f.push(attr::RAW_TIME, int(e.raw_time));
-                SpanEvent {
-                    time_ns: e.time_ns,
-                    name: e.type_name().to_owned(),
-                    attributes: f,
-                    ..SpanEvent::default()
-                }
-            })
-            .collect();
+        let detail = self.detail;
+        let span_events = match detail {
+            SpanEvents::None => Vec::new(),
+            _ => events.iter().map(|e| span_event(e, detail)).collect(),
+        };
         let span = Span {
             name: name.unwrap_or_else(|| stype.to_owned()),
             kind: SpanKind::Internal,
@@ -441,6 +472,7 @@ pub struct Weave {
     stats: WeaveStats,
     max_events: usize,
     max_open: usize,
+    detail: SpanEvents,
 }
 
 /// A topology the weave cannot be built from.
@@ -462,6 +494,7 @@ impl Weave {
             stats: WeaveStats { spans_by_source: vec![0; cfg.components.len()], ..WeaveStats::default() },
             max_events: cfg.max_span_events,
             max_open: cfg.max_open.max(1),
+            detail: cfg.span_events,
         };
         for (i, c) in cfg.components.iter().enumerate() {
             match &c.role {
@@ -567,6 +600,7 @@ impl Weave {
             out,
             max_events: self.max_events,
             max_open: self.max_open,
+            detail: self.detail,
         };
         match &ev.kind {
             EventKind::Host(h) => match r.host {
@@ -597,6 +631,7 @@ impl Weave {
             out,
             max_events: self.max_events,
             max_open: self.max_open,
+            detail: self.detail,
         };
         // Hosts first: closing a receive HostCall still takes causes from its queues.
         for h in &mut self.hosts {

@@ -41,7 +41,7 @@ use weft_model::{Event, conv};
 
 use super::links::Ctx;
 use super::{Building, Cx, Ident, int};
-use crate::assemble::LocalId;
+use crate::assemble::{IdMap, LocalId};
 
 type JourneyId = u64;
 
@@ -93,7 +93,7 @@ pub(crate) struct NetWeaver {
     names: BTreeMap<u32, String>,
     node_comp: HashMap<u32, Arc<str>>,
     links: HashMap<(u32, u32), usize>,
-    journeys: HashMap<JourneyId, Journey>,
+    journeys: IdMap<JourneyId, Journey>,
     next_journey: JourneyId,
     by_uid: HashMap<u64, Vec<JourneyId>>,
     by_size: HashMap<u32, Vec<JourneyId>>,
@@ -146,7 +146,7 @@ impl NetWeaver {
             names: names.clone(),
             node_comp: HashMap::new(),
             links: HashMap::new(),
-            journeys: HashMap::new(),
+            journeys: IdMap::default(),
             next_journey: 1,
             by_uid: HashMap::new(),
             by_size: HashMap::new(),
