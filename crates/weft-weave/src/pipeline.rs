@@ -205,7 +205,8 @@ impl Run {
             topo.sources.iter().map(|s| !std::fs::metadata(&s.path).is_ok_and(|m| m.is_file())).collect();
         let batch = run.batch_events;
         let cap = run.merge_buffer_events;
-        let merge = spawn("weft-merge", move || merge_thread(n, rxs, mtx, batch, cap, streams))?;
+        let stall = std::time::Duration::from_millis(run.merge_stall_ms.max(1));
+        let merge = spawn("weft-merge", move || merge_thread(n, rxs, mtx, batch, cap, streams, stall))?;
         let spans = Arc::new(AtomicU64::new(0));
         let (sp, prog, sk) = (spans.clone(), progress.clone(), sinks.clone());
         let weave = spawn("weft-weave", move || {
@@ -380,6 +381,7 @@ fn merge_thread(
     batch: usize,
     cap: usize,
     stream: Vec<bool>,
+    stall: std::time::Duration,
 ) -> (MergeStats, Vec<Option<SourceReport>>) {
     let mut m = Merger::new(n);
     let mut reports: Vec<Option<SourceReport>> = (0..n).map(|_| None).collect();
@@ -407,19 +409,31 @@ fn merge_thread(
         if !send(&mut out) {
             break;
         }
-        let wait: Vec<usize> = if m.buffered() < cap {
-            (0..n).filter(|&i| !m.is_ended(i)).collect()
-        } else if blocking.iter().any(|&i| stream[i]) {
-            m.force_one(&mut out);
-            continue;
-        } else {
-            blocking
-        };
+        // Below the bound: take from any source (a source whose simulator waits for another's
+        // progress must not block on its pipe). At the bound: wait for the sources holding the
+        // merge back; a pipe that stays silent for `stall` is passed over (counted).
+        let at_cap = m.buffered() >= cap;
+        let wait: Vec<usize> =
+            if at_cap { blocking.clone() } else { (0..n).filter(|&i| !m.is_ended(i)).collect() };
         let mut sel = Select::new();
         for &i in &wait {
             sel.recv(&rxs[i]);
         }
-        let op = sel.select();
+        let op = if at_cap && blocking.iter().any(|&i| stream[i]) {
+            match sel.select_timeout(stall) {
+                Ok(op) => op,
+                Err(_) => {
+                    for _ in 0..batch {
+                        if !m.force_one(&mut out) {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+            }
+        } else {
+            sel.select()
+        };
         let i = wait[op.index()];
         match op.recv(&rxs[i]) {
             Ok(Msg::Events(v)) => m.push(i, v),

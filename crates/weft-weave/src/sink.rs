@@ -59,7 +59,7 @@ impl Default for HttpOptions {
             max_retries: 5,
             timeout_ms: 10_000,
             backpressure: Backpressure::Block,
-            queue_batches: 64,
+            queue_batches: 4,
         }
     }
 }

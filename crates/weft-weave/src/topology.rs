@@ -8,6 +8,7 @@
 //! batch_events = 4096            # events per batch between stages
 //! queue_batches = 16             # batches each source may queue ahead of the merge
 //! merge_buffer_events = 262144   # events the merge buffers while waiting for a slow source
+//! merge_stall_ms = 2000          # at that bound, how long a silent pipe may hold the merge back
 //! max_span_events = 64           # span events kept per span
 //! span_events = "brief"          # brief (name, time, function), full (every field) or none
 //! keep_bare_calls = false        # keep HostCall spans with nothing but their entry function
@@ -70,7 +71,7 @@
 //! kind = "otlp-http"
 //! url = "http://127.0.0.1:4318/v1/traces"
 //! batch_spans = 512
-//! queue_batches = 64
+//! queue_batches = 4             # span batches queued (a batch is up to batch_events spans)
 //! max_retries = 5
 //! timeout_ms = 10000
 //! backpressure = "block"         # or "drop" (counted): what a slow sink does to the pipeline
@@ -121,6 +122,8 @@ pub struct RunSpec {
     pub queue_batches: usize,
     /// Events the merge buffers while waiting for a slow source.
     pub merge_buffer_events: usize,
+    /// How long (ms) the merge, at its bound, waits for a silent pipe before passing it over.
+    pub merge_stall_ms: u64,
     /// Span events kept per span.
     pub max_span_events: usize,
     /// What span events keep of their event.
@@ -139,6 +142,7 @@ impl Default for RunSpec {
             batch_events: 4096,
             queue_batches: 16,
             merge_buffer_events: 1 << 18,
+            merge_stall_ms: 2000,
             max_span_events: 64,
             span_events: SpanEvents::Brief,
             keep_bare_calls: false,
@@ -204,6 +208,7 @@ struct RawRun {
     batch_events: Option<usize>,
     queue_batches: Option<usize>,
     merge_buffer_events: Option<usize>,
+    merge_stall_ms: Option<u64>,
     max_span_events: Option<usize>,
     span_events: Option<String>,
     keep_bare_calls: Option<bool>,
@@ -436,6 +441,7 @@ impl Topology {
             batch_events: r.batch_events.unwrap_or(d.batch_events),
             queue_batches: r.queue_batches.unwrap_or(d.queue_batches),
             merge_buffer_events: r.merge_buffer_events.unwrap_or(d.merge_buffer_events),
+            merge_stall_ms: r.merge_stall_ms.unwrap_or(d.merge_stall_ms),
             max_span_events: r.max_span_events.unwrap_or(d.max_span_events),
             span_events: match r.span_events.as_deref() {
                 None => d.span_events,
@@ -667,7 +673,7 @@ impl Topology {
                     return Err(err(&key("backpressure"), format!("`{b}` is neither `block` nor `drop`")));
                 }
             };
-            let queue_batches = s.queue_batches.unwrap_or(64).max(1);
+            let queue_batches = s.queue_batches.unwrap_or(4).max(1);
             match s.kind.as_str() {
                 "file" => {
                     let path = resolve(

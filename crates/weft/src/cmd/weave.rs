@@ -78,7 +78,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             })?,
         };
         anyhow::ensure!(format.can_write(), "--format: weft cannot write {}", format.name());
-        extra.push(SinkSpec::File { path: p.clone(), format, backpressure, queue_batches: 64 });
+        extra.push(SinkSpec::File { path: p.clone(), format, backpressure, queue_batches: 4 });
     }
     if let Some(url) = &args.otlp {
         extra.push(SinkSpec::OtlpHttp(HttpOptions {
