@@ -1,5 +1,6 @@
 //! weft-weave integration tests (one binary).
 
+mod actors;
 mod bad_input;
 mod fifo;
 mod golden;
