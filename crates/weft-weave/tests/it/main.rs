@@ -1,6 +1,7 @@
 //! weft-weave integration tests (one binary).
 
 mod actors;
+mod backpressure;
 mod bad_input;
 mod fifo;
 mod golden;
