@@ -35,6 +35,8 @@ enum Command {
     Record(cmd::record::Args),
     /// Import recorded traces: `weft import ctf TRACE_DIR` (LTTng/CTF: BlkKin spans, every event).
     Import(cmd::import::Args),
+    /// Weave simulator logs (gem5, nicbm, ns-3, QEMU) into end-to-end traces, from files or pipes.
+    Weave(cmd::weave::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,6 +52,7 @@ fn main() -> std::process::ExitCode {
         Command::Loadgen(a) => cmd::loadgen::run(a),
         Command::Record(a) => cmd::record::run(a),
         Command::Import(a) => cmd::import::run(a),
+        Command::Weave(a) => cmd::weave::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

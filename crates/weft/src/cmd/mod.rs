@@ -7,3 +7,4 @@ pub mod query;
 pub mod record;
 pub mod serve;
 pub mod units;
+pub mod weave;

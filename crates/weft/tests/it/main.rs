@@ -3,3 +3,4 @@
 mod import_ctf;
 mod record;
 mod ui;
+mod weave;
