@@ -197,6 +197,8 @@ pub trait SpanReader {
     fn next_batch(&mut self, out: &mut Vec<Span>, max: usize) -> Result<bool, CodecError>;
     /// Spans refused so far (lenient readers).
     fn rejected(&self) -> &Rejected;
+    /// Takes the tally of refused spans (leaving an empty one).
+    fn take_rejected(&mut self) -> Rejected;
 }
 
 /// Opens a streaming reader for `format` over `input`. `lenient` skips and counts spans
@@ -297,6 +299,9 @@ impl<T: NextInto> SpanReader for Each<T> {
     fn rejected(&self) -> &Rejected {
         &self.rejected
     }
+    fn take_rejected(&mut self) -> Rejected {
+        std::mem::take(&mut self.rejected)
+    }
 }
 
 struct OtlpProtoReader<R> {
@@ -325,6 +330,9 @@ impl<R: Read> SpanReader for OtlpProtoReader<R> {
     fn rejected(&self) -> &Rejected {
         &self.rejected
     }
+    fn take_rejected(&mut self) -> Rejected {
+        std::mem::take(&mut self.rejected)
+    }
 }
 
 struct ZipkinProtoReader<R> {
@@ -350,6 +358,9 @@ impl<R: Read> SpanReader for ZipkinProtoReader<R> {
     }
     fn rejected(&self) -> &Rejected {
         &self.rejected
+    }
+    fn take_rejected(&mut self) -> Rejected {
+        std::mem::take(&mut self.rejected)
     }
 }
 

@@ -48,6 +48,7 @@ impl<'a> Iterator for TopLevel<'a> {
                 Ok(None) => {}
                 Err(e) => {
                     self.failed = true;
+                    let e = if e.field.is_empty() { e.field(self.field) } else { e };
                     return Some(Err(e));
                 }
             }
@@ -181,8 +182,19 @@ impl<R: Read> TopLevelReader<R> {
         TopLevelReader { inner, offset: 0, format, field, max_element: 2 << 30, buf: Vec::new() }
     }
 
-    /// The next element and its byte offset, or `None` at the end of input.
+    /// The next element and its byte offset, or `None` at the end of input. Errors name the
+    /// byte offset and the field being walked.
     pub(crate) fn next_element(&mut self) -> Result<Option<(u64, &[u8])>, CodecError> {
+        let field = self.field;
+        match self.next_element_inner() {
+            Ok(Some((offset, len))) => Ok(Some((offset, &self.buf[..len]))),
+            Ok(None) => Ok(None),
+            Err(e) if e.field.is_empty() => Err(e.field(field)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn next_element_inner(&mut self) -> Result<Option<(u64, usize)>, CodecError> {
         let format = self.format;
         loop {
             let start = self.offset;
@@ -245,7 +257,7 @@ impl<R: Read> TopLevelReader<R> {
                     )
                     .at(Position::Offset(start)));
                 }
-                return Ok(Some((body, &self.buf)));
+                return Ok(Some((body, self.buf.len())));
             }
             let got =
                 std::io::copy(&mut (&mut self.inner).take(skip), &mut std::io::sink()).map_err(io_err)?;
