@@ -2,4 +2,5 @@
 //! OpenTelemetry Python SDK, the official protobuf classes, py_zipkin), bad input.
 
 mod otlp;
+mod peers;
 mod strategies;
