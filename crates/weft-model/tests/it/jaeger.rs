@@ -13,7 +13,7 @@ use crate::zipkin::{read_stream, write_stream};
 /// Jaeger groups spans by trace and orders them by start time.
 fn ordered(spans: &[Span]) -> Vec<Span> {
     let mut v = spans.to_vec();
-    v.sort_by(|a, b| (a.trace_id, a.start_ns, a.span_id).cmp(&(b.trace_id, b.start_ns, b.span_id)));
+    v.sort_by_key(|s| (s.trace_id, s.start_ns, s.span_id));
     v
 }
 
