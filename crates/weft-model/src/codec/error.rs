@@ -178,8 +178,11 @@ impl CodecError {
     }
     /// An I/O error while reading or writing `format`.
     pub fn io(format: &'static str, e: std::io::Error) -> Self {
-        let kind =
-            if e.kind() == std::io::ErrorKind::UnexpectedEof { ErrorKind::Truncated } else { ErrorKind::Io };
+        let kind = match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => ErrorKind::Truncated,
+            std::io::ErrorKind::InvalidData => ErrorKind::Syntax,
+            _ => ErrorKind::Io,
+        };
         CodecError::new(format, kind, e.to_string()).source(e)
     }
 }

@@ -144,12 +144,19 @@ fn read_varint_io(r: &mut impl Read, consumed: &mut u64) -> std::io::Result<Opti
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "input ends inside a varint"));
         }
         *consumed += 1;
+        if i == 9 && byte[0] > 1 {
+            // The tenth byte may only hold bit 63 (the same rule as `read_varint`).
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "malformed varint (overflows 64 bits)",
+            ));
+        }
         v |= ((byte[0] & 0x7f) as u64) << (7 * i);
         if byte[0] & 0x80 == 0 {
             return Ok(Some(v));
         }
     }
-    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "varint longer than 10 bytes"))
+    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed varint (longer than 10 bytes)"))
 }
 
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -305,6 +312,15 @@ mod tests {
         let e = r.next_element().unwrap_err();
         assert_eq!(e.position, Position::Offset(4));
         assert!(e.to_string().contains("declares 5 bytes"), "{e}");
+    }
+
+    #[test]
+    fn overlong_varints_fail_in_both_walkers() {
+        let b = [0x8d, 0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x14, 0x60];
+        assert!(TopLevel::new(&b, "t", "f").any(|r| r.is_err()));
+        let e = TopLevelReader::new(&b[..], "t", "f").next_element().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Syntax, "{e}");
+        assert_eq!(e.position, Position::Offset(0));
     }
 
     #[test]

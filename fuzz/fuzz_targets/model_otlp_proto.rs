@@ -1,0 +1,21 @@
+//! OTLP protobuf decoding of arbitrary bytes: never panics; what decodes re-encodes to the
+//! same spans; the streaming reader agrees with the whole-buffer decoder.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use weft_model::codec::otlp;
+use weft_model::codec::stream::Format;
+
+fuzz_target!(|data: &[u8]| {
+    let whole = otlp::decode_proto_lenient(data).map(|(s, r)| (s, r.count)).map_err(|e| e.to_string());
+    common::stream_agrees(Format::OtlpProto, data, &whole);
+    if let Ok((spans, _)) = whole {
+        let again = otlp::decode_proto(&otlp::encode_proto(&spans)).expect("weft's own protobuf decodes");
+        assert!(common::same(&spans, &again), "protobuf round trip changed the spans");
+        let json = otlp::decode_json(&otlp::encode_json(&spans)).expect("weft's own OTLP/JSON decodes");
+        assert!(common::same(&spans, &json), "OTLP/JSON round trip changed the spans");
+    }
+});
+
+#[path = "model_common.rs"]
+mod common;
