@@ -284,10 +284,12 @@ fn write_tag(out: &mut Vec<u8>, key: &str, v: &Value, losses: &mut Losses) {
             out.extend_from_slice(b",\"type\":\"binary\",\"value\":");
             w::base64(out, b);
         }
-        Value::Array(_) | Value::Map(_) | Value::Empty => {
-            if !matches!(v, Value::Empty) {
-                losses.add(LOST_NON_SCALAR, 1);
-            }
+        Value::Empty => {
+            // No value: `null` (read back as empty, not as the empty string).
+            out.extend_from_slice(b",\"type\":\"string\",\"value\":null");
+        }
+        Value::Array(_) | Value::Map(_) => {
+            losses.add(LOST_NON_SCALAR, 1);
             out.extend_from_slice(b",\"type\":\"string\",\"value\":");
             w::str(out, &v.to_string());
         }
@@ -719,5 +721,10 @@ mod tests {
         assert_eq!(back[0].events[0].name, "");
         assert_eq!(back[0].events[0].attributes.len(), 2, "{:?}", back[0].events[0]);
         assert_eq!(encode_json(&back), once);
+        // An empty value named like a tag weft writes itself stays an empty attribute.
+        let doc = br#"{"data":[{"traceID":"1","spans":[{"traceID":"1","spanID":"2","processID":"p1","tags":[{"key":"otel.scope.name","type":"string"}]}],"processes":{"p1":{"serviceName":"s"}}}]}"#;
+        let spans = decode_json(doc).unwrap();
+        assert_eq!(spans[0].attributes.get(conv::OTEL_SCOPE_NAME), Some(&Value::Empty));
+        assert_eq!(decode_json(&encode_json(&spans)).unwrap(), spans);
     }
 }

@@ -315,9 +315,8 @@ impl<R: Read> SpanReader for OtlpProtoReader<R> {
     fn next_batch(&mut self, out: &mut Vec<Span>, max: usize) -> Result<bool, CodecError> {
         let before = out.len();
         while let Some((offset, element)) = self.inner.next_element()? {
-            let rs = otlp::decode_resource_spans(element, offset)?;
             let mut sink = Sink { mode: self.mode, rejected: &mut self.rejected };
-            otlp::convert_resource_spans(rs, self.index, &mut sink, out).map_err(|e| {
+            otlp::decode_resource_spans_into(element, offset, self.index, &mut sink, out).map_err(|e| {
                 if e.position == Position::Unknown { e.at(Position::Offset(offset)) } else { e }
             })?;
             self.index += 1;
