@@ -377,13 +377,14 @@ pub trait SpanWriter {
 pub struct WriterOptions {
     /// Where sorting writers (Jaeger, Chrome) spill runs; the system temp dir by default.
     pub spill_dir: PathBuf,
-    /// Spans a sorting writer keeps in memory before it spills a run.
+    /// Spans a sorting writer keeps in memory before it spills a run (default 20,000: some
+    /// 60 MiB of realistic spans; a run is one open file during the merge).
     pub sort_run_spans: usize,
 }
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        WriterOptions { spill_dir: std::env::temp_dir(), sort_run_spans: 50_000 }
+        WriterOptions { spill_dir: std::env::temp_dir(), sort_run_spans: 20_000 }
     }
 }
 

@@ -87,3 +87,110 @@ proptest! {
         let _ = zipkin::decode_v1_json(text.as_bytes());
     }
 }
+
+/// Zipkin v1 (BlkKin) — read only in weft, so the test writes it: each client or server span
+/// as a v1 span with its core annotations (`cs`/`cr` or `sr`/`ss`), its events as further
+/// annotations and its tags as binary annotations, all stamped with the local endpoint.
+fn v1_document(spans: &[Span]) -> Vec<u8> {
+    use serde_json::json;
+    let docs: Vec<serde_json::Value> = spans
+        .iter()
+        .map(|s| {
+            let ep = match s.resource.attributes.get_str("service.name") {
+                Some(svc) => json!({ "serviceName": svc, "ipv4": "10.0.0.1" }),
+                None => json!({ "ipv4": "10.0.0.1" }),
+            };
+            let (first, last) = if s.kind == weft_model::SpanKind::Client { ("cs", "cr") } else { ("sr", "ss") };
+            let mut annotations = vec![json!({ "timestamp": s.start_ns / 1000, "value": first, "endpoint": ep })];
+            for e in &s.events {
+                annotations.push(json!({ "timestamp": e.time_ns / 1000, "value": e.name, "endpoint": ep }));
+            }
+            annotations.push(json!({ "timestamp": s.end_ns / 1000, "value": last, "endpoint": ep }));
+            let mut binary: Vec<serde_json::Value> = s
+                .attributes
+                .iter()
+                .map(|kv| json!({ "key": kv.key, "value": kv.value.as_str().unwrap_or_default(), "endpoint": ep }))
+                .collect();
+            match s.status.code {
+                weft_model::StatusCode::Error => {
+                    binary.push(json!({ "key": "error", "value": s.status.message, "endpoint": ep }))
+                }
+                weft_model::StatusCode::Ok => {
+                    binary.push(json!({ "key": "otel.status_code", "value": "OK", "endpoint": ep }))
+                }
+                weft_model::StatusCode::Unset => {}
+            }
+            let mut doc = json!({
+                "traceId": s.trace_id.to_string(),
+                "id": s.span_id.to_string(),
+                "name": s.name,
+                "timestamp": s.start_ns / 1000,
+                "duration": (s.end_ns - s.start_ns) / 1000,
+                "annotations": annotations,
+                "binaryAnnotations": binary,
+            });
+            if let Some(p) = s.parent_span_id {
+                doc["parentId"] = json!(p.to_string());
+            }
+            doc
+        })
+        .collect();
+    serde_json::to_vec_pretty(&docs).unwrap()
+}
+
+/// What weft reads from such a v1 span: the span, with the core annotations kept as events
+/// around its own, and the endpoint's address as `net.host.ip`.
+fn v1_expected(s: &Span) -> Span {
+    let mut want = s.clone();
+    let (first, last) = if s.kind == weft_model::SpanKind::Client { ("cs", "cr") } else { ("sr", "ss") };
+    let core = |t: u64, n: &str| weft_model::SpanEvent { time_ns: t, name: n.into(), ..Default::default() };
+    want.events.insert(0, core(s.start_ns, first));
+    want.events.push(core(s.end_ns, last));
+    want.attributes.push(weft_model::conv::LOCAL_IPV4, "10.0.0.1");
+    want
+}
+
+fn v1_spans() -> impl Strategy<Value = Vec<Span>> {
+    strategies::zipkin_spans().prop_map(|spans| {
+        spans
+            .into_iter()
+            .map(|mut s| {
+                s.kind = if s.span_id.0[7] & 1 == 0 {
+                    weft_model::SpanKind::Client
+                } else {
+                    weft_model::SpanKind::Server
+                };
+                s.start_ns = s.start_ns.max(1000);
+                s.end_ns = s.end_ns.max(s.start_ns);
+                s.scope = Default::default();
+                for e in &mut s.events {
+                    // Plain annotations: no core names, no attributes.
+                    e.name = format!("e:{}", e.name);
+                    e.attributes = Default::default();
+                }
+                s
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn v1_json_reads_what_a_v1_tracer_wrote(spans in v1_spans()) {
+        let doc = v1_document(&spans);
+        let got = zipkin::decode_v1_json(&doc)
+            .map_err(|e| TestCaseError::fail(format!("{e}\n{}", String::from_utf8_lossy(&doc))))?;
+        let want: Vec<Span> = spans.iter().map(v1_expected).collect();
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(read_stream(Format::ZipkinV1Json, &doc).unwrap(), want);
+    }
+
+    #[test]
+    fn truncated_v1_json_always_fails(spans in v1_spans(), cut in any::<prop::sample::Index>()) {
+        let doc = v1_document(&spans);
+        let cut = cut.index(doc.len());
+        prop_assert!(zipkin::decode_v1_json(&doc[..cut]).is_err() || cut == 0);
+    }
+}

@@ -41,6 +41,10 @@ pub struct Args {
     /// Where the Jaeger and Chrome writers spill sorted runs (default: the system temp dir).
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
+    /// Spans the Jaeger and Chrome writers sort in memory before spilling a run (memory
+    /// versus number of run files).
+    #[arg(long, default_value_t = 20_000)]
+    pub sort_run: usize,
 }
 
 const FORMATS_HELP: &str = "Formats (--from/--to): otlp-proto, otlp-json, zipkin (v2 JSON), zipkin-proto, \
@@ -155,7 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         batch_spans: args.batch.max(1),
         writer: WriterOptions {
             spill_dir: args.spill_dir.clone().unwrap_or_else(std::env::temp_dir),
-            ..WriterOptions::default()
+            sort_run_spans: args.sort_run.max(1),
         },
     };
     let started = Instant::now();

@@ -75,6 +75,14 @@ fn next_field<'a>(
     })?;
     let number = key >> 3;
     let wire = key & 7;
+    if key > u32::MAX as u64 {
+        return Err(err(
+            format,
+            ErrorKind::Syntax,
+            start,
+            format!("invalid field key {key} (not protobuf?)"),
+        ));
+    }
     if number == 0 {
         return Err(err(
             format,
@@ -210,6 +218,14 @@ impl<R: Read> TopLevelReader<R> {
                 return Ok(None);
             };
             let number = key >> 3;
+            if key > u32::MAX as u64 {
+                return Err(CodecError::new(
+                    format,
+                    ErrorKind::Syntax,
+                    format!("invalid field key {key} (not protobuf?)"),
+                )
+                .at(Position::Offset(start)));
+            }
             if number == 0 {
                 return Err(err(
                     format,
@@ -321,6 +337,16 @@ mod tests {
         let e = TopLevelReader::new(&b[..], "t", "f").next_element().unwrap_err();
         assert_eq!(e.kind, ErrorKind::Syntax, "{e}");
         assert_eq!(e.position, Position::Offset(0));
+    }
+
+    #[test]
+    fn keys_beyond_32_bits_fail_in_both_walkers() {
+        // From the fuzzer: a key varint of 2^55 or so, which prost refuses.
+        let b = [0xa0, 0x9f, 0x9f, 0x9f, 0x9f, 0x9f, 0x9f, 0x24, 0x00];
+        let e = TopLevel::new(&b, "t", "f").find_map(Result::err).unwrap();
+        assert!(e.message.contains("invalid field key"), "{e}");
+        let e = TopLevelReader::new(&b[..], "t", "f").next_element().unwrap_err();
+        assert!(e.message.contains("invalid field key"), "{e}");
     }
 
     #[test]
