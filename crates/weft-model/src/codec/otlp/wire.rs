@@ -91,6 +91,14 @@ fn next_field<'a>(
             "field number 0 is invalid (not protobuf?)".into(),
         ));
     }
+    if number == 1 && wire != 2 {
+        return Err(err(
+            format,
+            ErrorKind::Syntax,
+            start,
+            format!("field 1 ({field}) has wire type {wire}, not length-delimited (not this format?)"),
+        ));
+    }
     match wire {
         0 => {
             read_varint(b, pos).ok_or_else(|| {
@@ -235,6 +243,18 @@ impl<R: Read> TopLevelReader<R> {
                 )
                 .at(Position::Offset(start)));
             }
+            if number == 1 && key & 7 != 2 {
+                return Err(CodecError::new(
+                    format,
+                    ErrorKind::Syntax,
+                    format!(
+                        "field 1 ({}) has wire type {}, not length-delimited (not this format?)",
+                        self.field,
+                        key & 7
+                    ),
+                )
+                .at(Position::Offset(start)));
+            }
             let skip = match key & 7 {
                 0 => {
                     read_varint_io(&mut self.inner, &mut self.offset)
@@ -347,6 +367,16 @@ mod tests {
         assert!(e.message.contains("invalid field key"), "{e}");
         let e = TopLevelReader::new(&b[..], "t", "f").next_element().unwrap_err();
         assert!(e.message.contains("invalid field key"), "{e}");
+    }
+
+    #[test]
+    fn the_repeated_field_must_be_length_delimited() {
+        // From the fuzzer: field 1 as a varint, which prost refuses.
+        let b = [0x08, 0xff, 0xfe, 0xff, 0x8d, 0x65];
+        let e = TopLevel::new(&b, "t", "resource_spans").find_map(Result::err).unwrap();
+        assert!(e.message.contains("not length-delimited"), "{e}");
+        let e = TopLevelReader::new(&b[..], "t", "resource_spans").next_element().unwrap_err();
+        assert!(e.message.contains("not length-delimited"), "{e}");
     }
 
     #[test]
