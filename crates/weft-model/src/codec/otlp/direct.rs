@@ -152,6 +152,11 @@ fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
                 let body = c.bytes()?;
                 any_value(body, depth + 1, value.get_or_insert(Value::Empty)).map_err(|e| shift(e, at))?;
             }
+            3 => {
+                // `key_strindex` (profiles only): not carried, but it must be a varint.
+                c.expect(f, w, 0)?;
+                c.varint()?;
+            }
             _ => c.skip(f, w, depth)?,
         }
     }
@@ -247,7 +252,27 @@ fn resource(b: &[u8], r: &mut Resource) -> W<()> {
         match f {
             1 => attr(&mut c, f, w, 2, &mut r.attributes)?,
             2 => r.dropped_attributes_count = c.u32(f, w)?,
+            3 => {
+                // `entity_refs` (development): not carried, but checked as prost checks it.
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                entity_ref(body).map_err(|e| shift(e, at))?;
+            }
             _ => c.skip(f, w, 1)?,
+        }
+    }
+    Ok(())
+}
+
+/// Checks an `EntityRef` (depth 2): four string fields.
+fn entity_ref(b: &[u8]) -> W<()> {
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1..=4 => drop(c.string(f, w)?),
+            _ => c.skip(f, w, 2)?,
         }
     }
     Ok(())
