@@ -6,6 +6,11 @@ mod progress;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: with glibc's allocator, malloc/free were half of span decoding time (see the
+/// decode benchmark in weft-model); mimalloc doubles decode throughput.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// weft builds end-to-end traces across layers: application tracepoints, the kernel, and
 /// (simulated) hardware.
 #[derive(Parser)]

@@ -1,5 +1,7 @@
-//! Integration tests of the `weft` binary (run as a subprocess).
+//! Integration tests of the `weft` binary (`CARGO_BIN_EXE_weft`, run as a subprocess) on real
+//! files, real peers and real kernels.
 
+mod convert;
 mod import_ctf;
 mod record;
 mod ui;
