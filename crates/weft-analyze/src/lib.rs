@@ -8,5 +8,8 @@
 //! crate stays free of DataFusion.
 
 pub mod breakdown;
+pub mod compare;
+pub mod critical_path;
 pub mod dependencies;
+pub mod kernel;
 pub mod skew;

@@ -72,3 +72,45 @@ pub const COMPONENT: &str = "weft.component";
 /// Span: set to `true` on spans a weaver had to close without their closing event (the log
 /// ended, a bound was hit, or the closing event never came).
 pub const INCOMPLETE: &str = "weft.incomplete";
+
+// ---------------------------------------------------------------------------------------
+// Spans woven from simulator logs (weft-weave). The crate docs of `weft_weave` describe
+// which span type carries which of these.
+
+/// Span: Columbo's span type (`HostCall`, `HostMmio`, `HostDma`, `HostMsix`, `HostInt`,
+/// `HostPci`, `NicMmio`, `NicDma`, `NicEth`, `NicMsix`, `NetDevice`).
+pub const SPAN_TYPE: &str = "weft.span.type";
+/// Span (network hop): ns-3 node index.
+pub const NET_NODE: &str = "weft.net.node";
+/// Span (network hop): device index on the node.
+pub const NET_DEVICE: &str = "weft.net.device";
+/// Span (network hop): ns-3 device type (`SimpleNetDevice`, `CosimNetDevice`, ...).
+pub const NET_DEVICE_TYPE: &str = "weft.net.device_type";
+/// Span (network hop): `<node name>/dev<D>` — the device as a component finer than the node.
+pub const NET_PORT: &str = "weft.net.port";
+/// Span (network hop): `ingress` (the packet arrives at the node) or `egress` (it leaves).
+pub const NET_DIRECTION: &str = "weft.net.direction";
+/// Span (network hop): ns-3 packet uid (absent when the log has none).
+pub const NET_PACKET_UID: &str = "weft.net.packet_uid";
+/// Span (network hop): the SimBricks fork's `Intersting=` flag (absent when the log has none).
+pub const NET_INTERESTING: &str = "weft.net.interesting";
+/// Span (network hop): `true` when the hop ended in a drop.
+pub const NET_DROP: &str = "weft.net.drop";
+/// Span (network hop): `from_adapter` / `to_adapter` at the boundary to a NIC simulator.
+pub const NET_BOUNDARY: &str = "weft.net.boundary";
+/// Span (network hop): application payload size in bytes (`Payload (size=N)`).
+pub const NET_PAYLOAD_SIZE: &str = "weft.net.payload_size";
+/// Span (network hop): IPv4 total length.
+pub const NET_IP_LENGTH: &str = "weft.net.ip_length";
+/// Span (network hop, OTel semconv): source address (IPv4 of the IP or ARP sender).
+pub const SOURCE_ADDRESS: &str = "source.address";
+/// Span (network hop, OTel semconv): source port (UDP/TCP).
+pub const SOURCE_PORT: &str = "source.port";
+/// Span (network hop, OTel semconv): destination address.
+pub const DESTINATION_ADDRESS: &str = "destination.address";
+/// Span (network hop, OTel semconv): destination port.
+pub const DESTINATION_PORT: &str = "destination.port";
+/// Span (network hop, OTel semconv): `udp`, `tcp`, `icmp` or the IP protocol number.
+pub const NETWORK_TRANSPORT: &str = "network.transport";
+/// Span (network hop, OTel semconv): `ipv4` or `arp`.
+pub const NETWORK_PROTOCOL: &str = "network.protocol.name";

@@ -324,10 +324,13 @@ pub enum KernelEvent {
     SyscallEnter { cpu: u32, pid: u32, tid: u32, nr: i64, args: [u64; 6] },
     /// `raw_syscalls:sys_exit`.
     SyscallExit { cpu: u32, pid: u32, tid: u32, nr: i64, ret: i64 },
-    /// Uprobe hit at a function entry (`probe` = `binary:function`).
-    UprobeEntry { cpu: u32, pid: u32, tid: u32, probe: Arc<str>, ip: u64 },
-    /// Uretprobe hit at the function's return.
-    UprobeReturn { cpu: u32, pid: u32, tid: u32, probe: Arc<str>, ip: u64 },
+    /// Uprobe hit at a function entry (`probe` = `binary:function`); `args` are the first six
+    /// integer argument registers (x86_64 SysV: rdi, rsi, rdx, rcx, r8, r9; zeros when not
+    /// captured).
+    UprobeEntry { cpu: u32, pid: u32, tid: u32, probe: Arc<str>, ip: u64, args: [u64; 6] },
+    /// Uretprobe hit at the function's return (`ip` = the return address in the caller);
+    /// `ret` is the integer return register (rax; 0 when not captured).
+    UprobeReturn { cpu: u32, pid: u32, tid: u32, probe: Arc<str>, ip: u64, ret: i64 },
 }
 
 /// A named tracepoint with typed fields.
@@ -599,13 +602,21 @@ impl Event {
                     a.push("nr", *nr);
                     a.push("ret", *ret);
                 }
-                KernelEvent::UprobeEntry { cpu, pid, tid, probe, ip }
-                | KernelEvent::UprobeReturn { cpu, pid, tid, probe, ip } => {
+                KernelEvent::UprobeEntry { cpu, pid, tid, probe, ip, args } => {
                     a.push("cpu", u(*cpu as u64));
                     a.push("pid", u(*pid as u64));
                     a.push("tid", u(*tid as u64));
                     a.push("probe", probe.as_ref());
                     a.push("ip", u(*ip));
+                    a.push("args", Value::Array(args.iter().map(|x| u(*x)).collect()));
+                }
+                KernelEvent::UprobeReturn { cpu, pid, tid, probe, ip, ret } => {
+                    a.push("cpu", u(*cpu as u64));
+                    a.push("pid", u(*pid as u64));
+                    a.push("tid", u(*tid as u64));
+                    a.push("probe", probe.as_ref());
+                    a.push("ip", u(*ip));
+                    a.push("ret", *ret);
                 }
             },
             EventKind::Tracepoint(t) => {

@@ -40,6 +40,17 @@ fn hex_val(b: u8) -> Option<u8> {
 /// Decodes `s` (1..=2*N hex digits) right-aligned into N bytes.
 fn parse_hex_right<const N: usize>(kind: &'static str, s: &str) -> Result<[u8; N], IdError> {
     let b = s.as_bytes();
+    if b.len() == 2 * N {
+        // The common case (full-width ids): two digits per byte, left to right.
+        let mut out = [0u8; N];
+        for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
+            match (hex_val(pair[0]), hex_val(pair[1])) {
+                (Some(hi), Some(lo)) => *o = (hi << 4) | lo,
+                _ => return Err(id_error(kind, "not hex", s)),
+            }
+        }
+        return Ok(out);
+    }
     if b.is_empty() {
         return Err(id_error(kind, "empty", s));
     }

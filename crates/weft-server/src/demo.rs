@@ -6,11 +6,17 @@
 //! runs 4 ms ahead (try `adjustClockSkew=true`). It backfills the last `backfill` of traffic
 //! at start, then keeps generating requests in real time. The spans go through the same
 //! durable append as received ones (counted under `receiver="demo"`).
+//!
+//! Every tenth request is also accompanied by a woven simulator request (host → NIC → network
+//! → NIC → host with `caused_by` links; see [`woven`]), so the UI's cross-component views have
+//! something to show.
 
 use std::time::Duration;
 
 use weft_model::codec::Rejected;
 use weft_store::synth::Synth;
+
+pub mod woven;
 
 use crate::ingest;
 use crate::metrics::Receiver;
@@ -40,10 +46,12 @@ pub fn start(state: AppState, cfg: DemoConfig) -> tokio::task::JoinHandle<()> {
         let now = weft_model::time::now_unix_nanos();
         let start = now.saturating_sub(cfg.backfill.as_nanos().min(u64::MAX as u128) as u64);
         let mut synth = Synth::new(cfg.seed, start, interval_ns);
+        let mut made = 0u64;
         // Backfill in batches of ~1000 spans, through the blocking pool.
         loop {
             let mut batch = Vec::new();
             while batch.len() < 1000 && synth.next_start_ns < weft_model::time::now_unix_nanos() {
+                woven_every_tenth(&mut batch, &mut made, synth.next_start_ns, cfg.seed);
                 batch.extend(synth.trace());
             }
             let done = synth.next_start_ns >= weft_model::time::now_unix_nanos();
@@ -60,6 +68,7 @@ pub fn start(state: AppState, cfg: DemoConfig) -> tokio::task::JoinHandle<()> {
             tick.tick().await;
             let mut batch = Vec::new();
             while synth.next_start_ns <= weft_model::time::now_unix_nanos() {
+                woven_every_tenth(&mut batch, &mut made, synth.next_start_ns, cfg.seed);
                 batch.extend(synth.trace());
             }
             if !batch.is_empty() && !append(&state, batch).await {
@@ -67,6 +76,13 @@ pub fn start(state: AppState, cfg: DemoConfig) -> tokio::task::JoinHandle<()> {
             }
         }
     })
+}
+
+fn woven_every_tenth(batch: &mut Vec<weft_model::Span>, made: &mut u64, start_ns: u64, seed: u64) {
+    if made.is_multiple_of(10) {
+        batch.extend(woven::woven_request(seed ^ made.wrapping_mul(0x9E37_79B9), start_ns));
+    }
+    *made += 1;
 }
 
 /// Appends; false when the store refuses for good (closed / read-only).

@@ -25,6 +25,7 @@ pub mod otlp;
 pub mod params;
 pub mod sql;
 pub mod state;
+pub mod ui;
 pub mod zipkin;
 
 use std::net::SocketAddr;
@@ -64,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .merge(zipkin::routes())
         .merge(jaeger::routes())
         .merge(sql::routes())
+        .merge(ui::routes())
         .route("/metrics", get(metrics_text))
         .route("/api", get(index))
         .route("/api/status", get(status))
@@ -97,7 +99,9 @@ jaeger:   GET /api/v3/services | operations?service= | traces?query.serviceName=
 sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
           tables: spans, span_events, span_links, events\n\
 metrics:  GET /metrics (Prometheus text)\n\
-status:   GET /api/status\n";
+status:   GET /api/status\n\
+ui:       GET / (the web UI); GET /api/ui/services | search | trace/{id} | span/{trace}/{span} |\n\
+          dependencies | compare?a=&b=\n";
 
 async fn index() -> &'static str {
     INDEX

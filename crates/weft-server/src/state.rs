@@ -74,6 +74,8 @@ pub struct Shared {
     pub config: ServerConfig,
     /// In-flight request bytes, in KiB permits.
     pub(crate) inflight: Arc<Semaphore>,
+    /// Traces the UI prepared recently (see `ui::view`).
+    pub ui_cache: crate::ui::view::TraceCache,
 }
 
 impl Deref for AppState {
@@ -91,6 +93,7 @@ impl AppState {
             store,
             metrics: Metrics::default(),
             inflight: Arc::new(Semaphore::new(permits)),
+            ui_cache: Default::default(),
             config,
         }))
     }

@@ -15,14 +15,23 @@
 //! * [`error`]: [`SourceError`], for failures of a whole input (malformed records are counted,
 //!   not errors).
 //!
+//! [`ctf`]: a CTF 1.8 reader for LTTng traces (TSDL metadata, binary streams, time-ordered
+//! merge) producing tracepoint events; its mapping and limits are documented there.
+//!
 //! Simulator logs ([`sim`]): gem5, SimBricks nicbm, ns-3 (SimBricks fork and stock), QEMU;
 //! [`symbols`]: symbol tables (objdump, readelf, nm/kallsyms, ELF) for resolving addresses.
+//!
+//! Kernel capture (`perf`, Linux): perf_event_open tracepoints, syscalls, uprobes, per-CPU
+//! rings, EXIST scheduler records.
 
 #![warn(missing_docs)]
 
+pub mod ctf;
 pub mod drive;
 pub mod error;
 pub mod parse;
+#[cfg(target_os = "linux")]
+pub mod perf;
 pub mod reader;
 pub mod reject;
 pub mod sim;

@@ -6,12 +6,15 @@
 //!   projects live there and are never copied into the repository);
 //! * [`peers_dir`], [`python`], [`node_modules`]: the real peers `.ci/test` installs (the
 //!   OpenTelemetry Python SDK, py_zipkin, ns-3, playwright-core, ...);
-//! * [`free_port`]: a loopback port nobody listens on.
+//! * [`free_port`]: a loopback port nobody listens on;
+//! * [`lttng`]: real LTTng-UST recordings of weft's test program (every field type, BlkKin).
 //!
 //! A test that needs a peer **fails** with a message naming `.ci/test` when the peer is
 //! missing — it never skips silently.
 
 use std::path::{Path, PathBuf};
+
+pub mod lttng;
 
 /// The `shared/` directory beside the repository: `$WEFT_SHARED`, else the first `shared`
 /// directory found next to an ancestor of this crate (the repository's parent in a checkout).
@@ -76,6 +79,26 @@ pub fn workspace_root() -> PathBuf {
         .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Compiles the C program `src` (relative to the workspace root, e.g.
+/// `examples/kernel/workload.c`) with the system C compiler into `out_dir`, returning the
+/// binary's path. Panics, naming `.ci/test`, when no compiler is installed.
+pub fn compile_c(src: &str, out_dir: &Path) -> PathBuf {
+    let src_path = workspace_root().join(src);
+    let stem = Path::new(src).file_stem().and_then(|s| s.to_str()).unwrap_or("prog");
+    let out = out_dir.join(stem);
+    let status = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src_path)
+        .arg("-lpthread")
+        .status()
+        .unwrap_or_else(|e| {
+            panic!("cannot run cc ({e}): install gcc (listed in .ci/apt-packages; run .ci/test)")
+        });
+    assert!(status.success(), "cc failed on {}", src_path.display());
+    out
 }
 
 #[cfg(test)]

@@ -6,6 +6,11 @@ mod progress;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc: with glibc's allocator, malloc/free were half of span decoding time (see the
+/// decode benchmark in weft-model); mimalloc doubles decode throughput.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// weft builds end-to-end traces across layers: application tracepoints, the kernel, and
 /// (simulated) hardware.
 #[derive(Parser)]
@@ -31,6 +36,12 @@ enum Command {
     Query(cmd::query::Args),
     /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
     Loadgen(cmd::loadgen::Args),
+    /// Record the kernel (perf_event_open): scheduler switches, syscalls, tracepoints, uprobes.
+    Record(cmd::record::Args),
+    /// Import recorded traces: `weft import ctf TRACE_DIR` (LTTng/CTF: BlkKin spans, every event).
+    Import(cmd::import::Args),
+    /// Weave simulator logs (gem5, nicbm, ns-3, QEMU) into end-to-end traces, from files or pipes.
+    Weave(cmd::weave::Args),
     /// Where the time went: per component (host, NIC, switch, wire) and request direction.
     Breakdown(cmd::breakdown::Args),
 }
@@ -46,6 +57,9 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
+        Command::Record(a) => cmd::record::run(a),
+        Command::Import(a) => cmd::import::run(a),
+        Command::Weave(a) => cmd::weave::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
     };
     match result {

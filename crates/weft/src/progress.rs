@@ -14,6 +14,11 @@ pub fn set_quiet(q: bool) {
     QUIET.store(q, Ordering::Relaxed);
 }
 
+/// True when bars are hidden (`--quiet`).
+pub fn is_quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
 #[allow(dead_code)] // first user: `weft convert`
 /// A byte-progress bar over `total` bytes (a spinner when `total` is unknown).
 pub fn bytes_bar(total: Option<u64>, label: &str) -> ProgressBar {

@@ -138,6 +138,11 @@ impl CodecError {
         self.0.source = Some(Box::new(e));
         self
     }
+    /// Appends a hint to the message (e.g. which format the input looks like).
+    pub fn hint(mut self, hint: &str) -> Self {
+        self.0.message = format!("{} ({hint})", self.0.message);
+        self
+    }
     /// Names the file the error is in.
     pub fn in_file(mut self, path: impl AsRef<Path>) -> Self {
         self.0.file = Some(path.as_ref().to_path_buf());
@@ -173,8 +178,11 @@ impl CodecError {
     }
     /// An I/O error while reading or writing `format`.
     pub fn io(format: &'static str, e: std::io::Error) -> Self {
-        let kind =
-            if e.kind() == std::io::ErrorKind::UnexpectedEof { ErrorKind::Truncated } else { ErrorKind::Io };
+        let kind = match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => ErrorKind::Truncated,
+            std::io::ErrorKind::InvalidData => ErrorKind::Syntax,
+            _ => ErrorKind::Io,
+        };
         CodecError::new(format, kind, e.to_string()).source(e)
     }
 }
@@ -187,22 +195,38 @@ pub struct Rejected {
     pub count: u64,
     /// Why the first one was refused.
     pub first_error: Option<CodecError>,
+    /// Why the next few were refused (up to [`Rejected::KEPT_ERRORS`] errors are kept in all,
+    /// the rest only counted: memory stays bounded however bad the input).
+    pub more_errors: Vec<CodecError>,
 }
 
 impl Rejected {
+    /// How many errors are kept (the first one included).
+    pub const KEPT_ERRORS: usize = 5;
+
     /// Records one refused span.
     pub fn add(&mut self, e: CodecError) {
         self.count += 1;
         if self.first_error.is_none() {
             self.first_error = Some(e);
+        } else if self.more_errors.len() + 1 < Self::KEPT_ERRORS {
+            self.more_errors.push(e);
         }
     }
     /// Adds another tally to this one.
     pub fn merge(&mut self, other: Rejected) {
         self.count += other.count;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
+        for e in other.first_error.into_iter().chain(other.more_errors) {
+            if self.first_error.is_none() {
+                self.first_error = Some(e);
+            } else if self.more_errors.len() + 1 < Self::KEPT_ERRORS {
+                self.more_errors.push(e);
+            }
         }
+    }
+    /// The kept errors, first one first.
+    pub fn errors(&self) -> impl Iterator<Item = &CodecError> {
+        self.first_error.iter().chain(&self.more_errors)
     }
     /// True when nothing was refused.
     pub fn is_empty(&self) -> bool {

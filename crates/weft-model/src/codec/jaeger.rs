@@ -284,10 +284,12 @@ fn write_tag(out: &mut Vec<u8>, key: &str, v: &Value, losses: &mut Losses) {
             out.extend_from_slice(b",\"type\":\"binary\",\"value\":");
             w::base64(out, b);
         }
-        Value::Array(_) | Value::Map(_) | Value::Empty => {
-            if !matches!(v, Value::Empty) {
-                losses.add(LOST_NON_SCALAR, 1);
-            }
+        Value::Empty => {
+            // No value: `null` (read back as empty, not as the empty string).
+            out.extend_from_slice(b",\"type\":\"string\",\"value\":null");
+        }
+        Value::Array(_) | Value::Map(_) => {
+            losses.add(LOST_NON_SCALAR, 1);
             out.extend_from_slice(b",\"type\":\"string\",\"value\":");
             w::str(out, &v.to_string());
         }
@@ -506,14 +508,16 @@ fn convert_span(
         .iter()
         .flatten()
         .map(|l| {
-            let mut name = String::new();
+            // The first string field `event` is the name; any other field is an attribute.
+            let mut name = None;
             let mut attrs = Attributes::new();
             for f in l.fields.iter().flatten() {
                 match (f.key.as_str(), f.value()) {
-                    ("event", Value::Str(n)) if name.is_empty() => name = n,
+                    ("event", Value::Str(n)) if name.is_none() => name = Some(n),
                     (_, v) => attrs.0.push(KeyValue { key: f.key.clone(), value: v }),
                 }
             }
+            let name = name.unwrap_or_default();
             SpanEvent {
                 time_ns: l.timestamp.map_or(0, |n| n.0).saturating_mul(1000),
                 name,
@@ -705,5 +709,22 @@ mod tests {
                 .is_err()
         );
         assert!(decode_json(b"{\"data\":[{\"spans\":[").is_err());
+    }
+
+    #[test]
+    fn only_the_first_event_field_names_the_log() {
+        // A log whose `event` field has no value, found by fuzzing: the names and attributes
+        // must survive a write and a read (a fixed point), not lose the second `event`.
+        let doc = br#"{"data":[{"traceID":"1","spans":[{"traceID":"1","spanID":"2","logs":[{"timestamp":5,"fields":[{"key":"event","type":"string"},{"key":"x","type":"int64","value":1}]}]}]}]}"#;
+        let once = encode_json(&decode_json(doc).unwrap());
+        let back = decode_json(&once).unwrap();
+        assert_eq!(back[0].events[0].name, "");
+        assert_eq!(back[0].events[0].attributes.len(), 2, "{:?}", back[0].events[0]);
+        assert_eq!(encode_json(&back), once);
+        // An empty value named like a tag weft writes itself stays an empty attribute.
+        let doc = br#"{"data":[{"traceID":"1","spans":[{"traceID":"1","spanID":"2","processID":"p1","tags":[{"key":"otel.scope.name","type":"string"}]}],"processes":{"p1":{"serviceName":"s"}}}]}"#;
+        let spans = decode_json(doc).unwrap();
+        assert_eq!(spans[0].attributes.get(conv::OTEL_SCOPE_NAME), Some(&Value::Empty));
+        assert_eq!(decode_json(&encode_json(&spans)).unwrap(), spans);
     }
 }

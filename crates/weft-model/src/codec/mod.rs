@@ -8,7 +8,8 @@
 //! | [`jaeger`] | Jaeger JSON (UI upload, API v1) | yes | yes |
 //! | [`chrome`] | Chrome Trace Event JSON (Perfetto, chrome://tracing) | — | yes |
 //!
-//! [`stream`] converts files of any size between them in bounded memory.
+//! [`stream`] reads and writes files of any size in bounded memory; [`convert`] converts a
+//! whole input between two formats on top of it (what `weft convert` runs).
 //!
 //! Every decoder returns a [`CodecError`] that names the format, the position (byte offset
 //! or line and column), the field and the problem — never panics, never returns an empty
@@ -16,6 +17,7 @@
 //! fails the call) and a lenient form that skips bad spans and counts them in [`Rejected`].
 
 pub mod chrome;
+pub mod convert;
 mod error;
 pub mod jaeger;
 pub(crate) mod jsonscan;

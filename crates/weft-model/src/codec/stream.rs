@@ -197,6 +197,8 @@ pub trait SpanReader {
     fn next_batch(&mut self, out: &mut Vec<Span>, max: usize) -> Result<bool, CodecError>;
     /// Spans refused so far (lenient readers).
     fn rejected(&self) -> &Rejected;
+    /// Takes the tally of refused spans (leaving an empty one).
+    fn take_rejected(&mut self) -> Rejected;
 }
 
 /// Opens a streaming reader for `format` over `input`. `lenient` skips and counts spans
@@ -297,6 +299,9 @@ impl<T: NextInto> SpanReader for Each<T> {
     fn rejected(&self) -> &Rejected {
         &self.rejected
     }
+    fn take_rejected(&mut self) -> Rejected {
+        std::mem::take(&mut self.rejected)
+    }
 }
 
 struct OtlpProtoReader<R> {
@@ -310,9 +315,8 @@ impl<R: Read> SpanReader for OtlpProtoReader<R> {
     fn next_batch(&mut self, out: &mut Vec<Span>, max: usize) -> Result<bool, CodecError> {
         let before = out.len();
         while let Some((offset, element)) = self.inner.next_element()? {
-            let rs = otlp::decode_resource_spans(element, offset)?;
             let mut sink = Sink { mode: self.mode, rejected: &mut self.rejected };
-            otlp::convert_resource_spans(rs, self.index, &mut sink, out).map_err(|e| {
+            otlp::decode_resource_spans_into(element, offset, self.index, &mut sink, out).map_err(|e| {
                 if e.position == Position::Unknown { e.at(Position::Offset(offset)) } else { e }
             })?;
             self.index += 1;
@@ -324,6 +328,9 @@ impl<R: Read> SpanReader for OtlpProtoReader<R> {
     }
     fn rejected(&self) -> &Rejected {
         &self.rejected
+    }
+    fn take_rejected(&mut self) -> Rejected {
+        std::mem::take(&mut self.rejected)
     }
 }
 
@@ -351,6 +358,9 @@ impl<R: Read> SpanReader for ZipkinProtoReader<R> {
     fn rejected(&self) -> &Rejected {
         &self.rejected
     }
+    fn take_rejected(&mut self) -> Rejected {
+        std::mem::take(&mut self.rejected)
+    }
 }
 
 /// Pushes spans to an output a batch at a time.
@@ -367,13 +377,14 @@ pub trait SpanWriter {
 pub struct WriterOptions {
     /// Where sorting writers (Jaeger, Chrome) spill runs; the system temp dir by default.
     pub spill_dir: PathBuf,
-    /// Spans a sorting writer keeps in memory before it spills a run.
+    /// Spans a sorting writer keeps in memory before it spills a run (default 20,000: some
+    /// 60 MiB of realistic spans; a run is one open file during the merge).
     pub sort_run_spans: usize,
 }
 
 impl Default for WriterOptions {
     fn default() -> Self {
-        WriterOptions { spill_dir: std::env::temp_dir(), sort_run_spans: 50_000 }
+        WriterOptions { spill_dir: std::env::temp_dir(), sort_run_spans: 20_000 }
     }
 }
 

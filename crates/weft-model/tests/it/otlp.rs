@@ -22,6 +22,25 @@ proptest! {
     }
 
     #[test]
+    fn truncated_json_always_fails(spans in strategies::spans(), cut in any::<prop::sample::Index>()) {
+        let text = otlp::encode_json(&spans);
+        let cut = cut.index(text.len());
+        prop_assert!(otlp::decode_json(&text[..cut]).is_err() || cut == 0);
+    }
+
+    /// Protobuf cannot tell a cut between two top-level records from the end of the input;
+    /// anything else must fail, and nothing may ever decode to spans that were not there.
+    #[test]
+    fn truncated_proto_fails_or_yields_a_prefix(spans in strategies::spans(), cut in any::<prop::sample::Index>()) {
+        let bytes = otlp::encode_proto(&spans);
+        let cut = cut.index(bytes.len() + 1);
+        if let Ok(got) = otlp::decode_proto(&bytes[..cut]) {
+            prop_assert!(got.len() <= spans.len());
+            prop_assert_eq!(&got[..], &spans[..got.len()]);
+        }
+    }
+
+    #[test]
     fn proto_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
         let _ = otlp::decode_proto(&bytes);
         let _ = otlp::decode_proto_lenient(&bytes);

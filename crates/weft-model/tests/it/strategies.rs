@@ -152,3 +152,164 @@ pub fn spans() -> impl Strategy<Value = Vec<Span>> {
         },
     )
 }
+
+/// A key that no codec treats specially (`otel.*`, `error`, `span.kind`, endpoint keys, ...).
+pub fn plain_key() -> impl Strategy<Value = String> {
+    "k\\.[a-z0-9_.]{0,12}"
+}
+
+/// Attributes with unique plain keys and the given values.
+pub fn unique_attributes(values: impl Strategy<Value = Value>) -> impl Strategy<Value = Attributes> {
+    proptest::collection::btree_map(plain_key(), values, 0..6)
+        .prop_map(|m| m.into_iter().map(|(k, v)| KeyValue::new(k, v)).collect())
+}
+
+/// Whole microseconds (what Zipkin and Jaeger carry), within `u64` ns.
+pub fn micros_ns() -> impl Strategy<Value = u64> {
+    (0u64..(1 << 52)).prop_map(|us| us * 1000)
+}
+
+/// A status as the non-OTLP formats carry it (messages only on errors).
+pub fn tag_status() -> impl Strategy<Value = Status> {
+    prop_oneof![
+        Just(Status::default()),
+        Just(Status { code: StatusCode::Ok, message: String::new() }),
+        text().prop_map(|message| Status { code: StatusCode::Error, message }),
+    ]
+}
+
+/// A JSON-typed value (what a Zipkin annotation's attributes carry): no bytes, finite doubles,
+/// maps with unique keys.
+pub fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        text().prop_map(Value::Str),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::I64),
+        finite().prop_map(Value::F64),
+        Just(Value::Empty),
+    ];
+    leaf.prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            proptest::collection::btree_map("[a-z]{1,6}", inner, 0..3)
+                .prop_map(|m| Value::Map(m.into_iter().map(|(k, v)| KeyValue::new(k, v)).collect())),
+        ]
+    })
+}
+
+/// Spans within what Zipkin v2 carries: string tags, µs times, CLIENT/SERVER/PRODUCER/CONSUMER
+/// or no kind, resources that are just a service name, scopes with a name and version, events
+/// whose attributes are JSON values, no links.
+pub fn zipkin_spans() -> impl Strategy<Value = Vec<Span>> {
+    let resource = proptest::option::of("[a-z][a-z0-9-]{0,8}")
+        .prop_map(|svc| Arc::new(svc.map(Resource::service).unwrap_or_default()));
+    let scope = proptest::option::of(("[a-z.]{1,8}", "[0-9.]{0,5}")).prop_map(|s| {
+        Arc::new(s.map(|(name, version)| Scope { name, version, ..Scope::default() }).unwrap_or_default())
+    });
+    let event = (micros_ns(), "[ -z|~]{0,12}", unique_attributes(json_value())).prop_map(
+        |(time_ns, name, attributes)| SpanEvent { time_ns, name, attributes, dropped_attributes_count: 0 },
+    );
+    let kind = prop_oneof![
+        Just(SpanKind::Unspecified),
+        Just(SpanKind::Client),
+        Just(SpanKind::Server),
+        Just(SpanKind::Producer),
+        Just(SpanKind::Consumer)
+    ];
+    let span = (
+        (trace_id(), span_id(), proptest::option::of(span_id()), text(), kind),
+        (micros_ns(), (0u64..1 << 40).prop_map(|d| d * 1000), tag_status()),
+        (unique_attributes(text().prop_map(Value::Str)), proptest::collection::vec(event, 0..3)),
+        (resource, scope),
+    )
+        .prop_map(|(a, b, c, d)| Span {
+            trace_id: a.0,
+            span_id: a.1,
+            parent_span_id: a.2,
+            name: a.3,
+            kind: a.4,
+            start_ns: b.0,
+            end_ns: b.0 + b.1,
+            status: b.2,
+            attributes: c.0,
+            events: c.1,
+            resource: d.0,
+            scope: d.1,
+            ..Span::default()
+        });
+    proptest::collection::vec(span, 0..6)
+}
+
+/// A scalar value Jaeger's typed tags carry.
+pub fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        text().prop_map(Value::Str),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::I64),
+        finite().prop_map(Value::F64),
+        proptest::collection::vec(any::<u8>(), 0..8).prop_map(Value::Bytes),
+    ]
+}
+
+/// Spans within what Jaeger JSON carries: typed scalar tags, µs times, a process per service
+/// (with typed tags), FOLLOWS_FROM / CHILD_OF references without attributes, trace state,
+/// flags; no dropped counts, schema URLs or scope attributes.
+pub fn jaeger_spans() -> impl Strategy<Value = Vec<Span>> {
+    let resource = ("[a-z][a-z0-9-]{0,8}", unique_attributes(scalar())).prop_map(|(svc, attrs)| {
+        let mut r = Resource::service(svc);
+        r.attributes.0.extend(attrs.0);
+        Arc::new(r)
+    });
+    let scope = proptest::option::of(("[a-z.]{1,8}", "[0-9.]{0,5}")).prop_map(|s| {
+        Arc::new(s.map(|(name, version)| Scope { name, version, ..Scope::default() }).unwrap_or_default())
+    });
+    let event = (micros_ns(), text(), unique_attributes(scalar())).prop_map(|(time_ns, name, attributes)| {
+        SpanEvent { time_ns, name, attributes, dropped_attributes_count: 0 }
+    });
+    let link = (trace_id(), span_id(), any::<bool>()).prop_map(|(trace_id, span_id, follows)| Link {
+        trace_id,
+        span_id,
+        relation: if follows { LinkRelation::FollowsFrom } else { LinkRelation::ChildOf },
+        ..Link::default()
+    });
+    let span = (
+        (trace_id(), span_id(), proptest::option::of(span_id()), text(), kind(), any::<u32>(), text()),
+        (micros_ns(), (0u64..1 << 40).prop_map(|d| d * 1000), tag_status()),
+        (
+            unique_attributes(scalar()),
+            proptest::collection::vec(event, 0..3),
+            proptest::collection::vec(link, 0..3),
+        ),
+        (resource, scope),
+    )
+        .prop_map(|(a, b, c, d)| {
+            let mut links = c.2;
+            if a.2.is_none() {
+                // Without a parent, a CHILD_OF reference in the same trace *is* the parent.
+                for l in &mut links {
+                    if l.trace_id == a.0 {
+                        l.relation = LinkRelation::FollowsFrom;
+                    }
+                }
+            }
+            Span {
+                trace_id: a.0,
+                span_id: a.1,
+                parent_span_id: a.2,
+                name: a.3,
+                kind: a.4,
+                flags: a.5,
+                trace_state: a.6,
+                start_ns: b.0,
+                end_ns: b.0 + b.1,
+                status: b.2,
+                attributes: c.0,
+                events: c.1,
+                links,
+                resource: d.0,
+                scope: d.1,
+                ..Span::default()
+            }
+        });
+    proptest::collection::vec(span, 0..6)
+}

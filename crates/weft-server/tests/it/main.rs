@@ -4,6 +4,7 @@
 mod ingest;
 mod params;
 mod reads;
+mod ui;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -2,7 +2,10 @@
 
 pub mod breakdown;
 pub mod convert;
+pub mod import;
 pub mod loadgen;
 pub mod query;
+pub mod record;
 pub mod serve;
 pub mod units;
+pub mod weave;

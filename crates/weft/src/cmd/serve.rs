@@ -151,6 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let query = running.http.or(running.zipkin).or(running.otlp_http);
     if let Some(a) = running.http {
         println!("  Jaeger     http://{a}/api/v3/services  (api_v3)");
+        println!("  UI         http://{a}/");
     }
     if let Some(a) = query {
         println!("  SQL        http://{a}/api/sql   tables: spans, span_events, span_links, events");

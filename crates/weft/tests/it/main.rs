@@ -1,5 +1,11 @@
-//! Integration tests of the `weft` binary (one test binary; one module per subject).
+//! Integration tests of the `weft` binary (`CARGO_BIN_EXE_weft`, run as a subprocess) on real
+//! files, real peers and real kernels.
 
 mod breakdown;
 mod case_study;
 mod common;
+mod convert;
+mod import_ctf;
+mod record;
+mod ui;
+mod weave;

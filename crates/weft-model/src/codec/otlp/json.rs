@@ -43,6 +43,9 @@ const EXPECTED: &str = "an OTLP/JSON request object ('{' with \"resourceSpans\")
 /// Decodes an OTLP/JSON document (one request object, or JSON Lines of them); fails on the
 /// first invalid span.
 pub fn decode_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
+    if let Some(spans) = decode_fast(bytes) {
+        return Ok(spans);
+    }
     let mut r = JsonReader::new(bytes);
     let mut out = Vec::new();
     let mut rejected = Rejected::default();
@@ -52,11 +55,39 @@ pub fn decode_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
 
 /// Decodes an OTLP/JSON document, skipping (and counting) spans with invalid ids.
 pub fn decode_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
+    if let Some(spans) = decode_fast(bytes) {
+        return Ok((spans, Rejected::default()));
+    }
     let mut r = JsonReader::new(bytes);
     let mut out = Vec::new();
     let mut rejected = Rejected::default();
     while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
     Ok((out, rejected))
+}
+
+/// The fast path for a whole document in memory that is one request object of valid spans
+/// (the common case, e.g. an OTLP/HTTP body): a single serde pass, no element scanning and
+/// copying. `None` for anything else (JSON Lines, a bad span, malformed JSON), which the
+/// element-by-element reader then decodes, with its positions in errors and its lenient
+/// skipping.
+fn decode_fast(bytes: &[u8]) -> Option<Vec<Span>> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct JRequest<'a> {
+        #[serde(default, alias = "resource_spans", borrow, deserialize_with = "null_vec")]
+        resource_spans: Vec<JResourceSpans<'a>>,
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let req = JRequest::deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    let mut out = Vec::new();
+    let mut rejected = Rejected::default();
+    let start = Start { line: 1, column: 1, offset: 0 };
+    for (i, rs) in req.resource_spans.into_iter().enumerate() {
+        let mut sink = Sink { mode: Mode::Strict, rejected: &mut rejected };
+        convert(rs, &format!("resourceSpans[{i}]"), start, &mut sink, &mut out).ok()?;
+    }
+    Some(out)
 }
 
 /// Streaming OTLP/JSON reader: one `ResourceSpans` at a time.

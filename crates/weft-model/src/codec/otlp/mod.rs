@@ -21,6 +21,10 @@
 //! | `links` | [`Span::links`] | the link attribute `weft.link.relation` carries [`LinkRelation`]; invalid link ids reject the span |
 //! | `status` | [`Span::status`] | unknown codes read as `Unset` |
 //!
+//! Decoding goes from the wire straight into weft's spans (no intermediate generated
+//! messages; see `direct.rs`), following prost's rules exactly — [`from_request`] over the
+//! generated types is the reference it is tested against.
+//!
 //! Encoding groups *consecutive* spans that share a resource and scope into one
 //! `ResourceSpans` / `ScopeSpans`, so decode → encode keeps the grouping of the input.
 //!
@@ -36,12 +40,13 @@ use std::sync::Arc;
 
 use prost::Message;
 
-use super::error::{CodecError, ErrorKind, Mode, Position, Rejected, Sink};
+use super::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
 use crate::conv;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
 use crate::value::{Attributes, KeyValue, Value};
 
+mod direct;
 pub mod json;
 pub(crate) mod wire;
 
@@ -89,23 +94,21 @@ fn decode_proto_into(
 ) -> Result<(), CodecError> {
     for (index, item) in wire::TopLevel::new(bytes, PROTO, "resource_spans").enumerate() {
         let (offset, element) = item?;
-        let rs = decode_resource_spans(element, offset)?;
         let mut sink = Sink { mode, rejected };
-        convert_resource_spans(rs, index, &mut sink, out)?;
+        direct::resource_spans(element, offset, index, &mut sink, out)?;
     }
     Ok(())
 }
 
-/// Decodes one `ResourceSpans` message found at byte `offset` of the input.
-pub(crate) fn decode_resource_spans(element: &[u8], offset: u64) -> Result<proto::ResourceSpans, CodecError> {
-    proto::ResourceSpans::decode(element).map_err(|e| {
-        // prost names the nested field path in its message ("Span.trace_id: ...").
-        let kind =
-            if e.to_string().contains("buffer underflow") { ErrorKind::Truncated } else { ErrorKind::Syntax };
-        CodecError::new(PROTO, kind, format!("cannot decode ResourceSpans starting here: {e}"))
-            .at(Position::Offset(offset))
-            .source(e)
-    })
+/// Decodes the `index`-th `ResourceSpans` element (at byte `offset`) straight into `out`.
+pub(crate) fn decode_resource_spans_into(
+    element: &[u8],
+    offset: u64,
+    index: usize,
+    sink: &mut Sink<'_>,
+    out: &mut Vec<Span>,
+) -> Result<(), CodecError> {
+    direct::resource_spans(element, offset, index, sink, out)
 }
 
 /// Encodes spans as an `ExportTraceServiceRequest` protobuf.

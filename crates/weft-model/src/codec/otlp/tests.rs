@@ -1,6 +1,7 @@
 use prost::Message;
 
 use super::*;
+use crate::codec::Position;
 use crate::codec::sample;
 
 #[test]

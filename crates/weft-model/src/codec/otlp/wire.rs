@@ -48,6 +48,7 @@ impl<'a> Iterator for TopLevel<'a> {
                 Ok(None) => {}
                 Err(e) => {
                     self.failed = true;
+                    let e = if e.field.is_empty() { e.field(self.field) } else { e };
                     return Some(Err(e));
                 }
             }
@@ -74,12 +75,28 @@ fn next_field<'a>(
     })?;
     let number = key >> 3;
     let wire = key & 7;
+    if key > u32::MAX as u64 {
+        return Err(err(
+            format,
+            ErrorKind::Syntax,
+            start,
+            format!("invalid field key {key} (not protobuf?)"),
+        ));
+    }
     if number == 0 {
         return Err(err(
             format,
             ErrorKind::Syntax,
             start,
             "field number 0 is invalid (not protobuf?)".into(),
+        ));
+    }
+    if number == 1 && wire != 2 {
+        return Err(err(
+            format,
+            ErrorKind::Syntax,
+            start,
+            format!("field 1 ({field}) has wire type {wire}, not length-delimited (not this format?)"),
         ));
     }
     match wire {
@@ -143,12 +160,19 @@ fn read_varint_io(r: &mut impl Read, consumed: &mut u64) -> std::io::Result<Opti
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "input ends inside a varint"));
         }
         *consumed += 1;
+        if i == 9 && byte[0] > 1 {
+            // The tenth byte may only hold bit 63 (the same rule as `read_varint`).
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "malformed varint (overflows 64 bits)",
+            ));
+        }
         v |= ((byte[0] & 0x7f) as u64) << (7 * i);
         if byte[0] & 0x80 == 0 {
             return Ok(Some(v));
         }
     }
-    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "varint longer than 10 bytes"))
+    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "malformed varint (longer than 10 bytes)"))
 }
 
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -181,8 +205,19 @@ impl<R: Read> TopLevelReader<R> {
         TopLevelReader { inner, offset: 0, format, field, max_element: 2 << 30, buf: Vec::new() }
     }
 
-    /// The next element and its byte offset, or `None` at the end of input.
+    /// The next element and its byte offset, or `None` at the end of input. Errors name the
+    /// byte offset and the field being walked.
     pub(crate) fn next_element(&mut self) -> Result<Option<(u64, &[u8])>, CodecError> {
+        let field = self.field;
+        match self.next_element_inner() {
+            Ok(Some((offset, len))) => Ok(Some((offset, &self.buf[..len]))),
+            Ok(None) => Ok(None),
+            Err(e) if e.field.is_empty() => Err(e.field(field)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn next_element_inner(&mut self) -> Result<Option<(u64, usize)>, CodecError> {
         let format = self.format;
         loop {
             let start = self.offset;
@@ -191,12 +226,32 @@ impl<R: Read> TopLevelReader<R> {
                 return Ok(None);
             };
             let number = key >> 3;
+            if key > u32::MAX as u64 {
+                return Err(CodecError::new(
+                    format,
+                    ErrorKind::Syntax,
+                    format!("invalid field key {key} (not protobuf?)"),
+                )
+                .at(Position::Offset(start)));
+            }
             if number == 0 {
                 return Err(err(
                     format,
                     ErrorKind::Syntax,
                     start as usize,
                     "field number 0 is invalid (not protobuf?)".into(),
+                )
+                .at(Position::Offset(start)));
+            }
+            if number == 1 && key & 7 != 2 {
+                return Err(CodecError::new(
+                    format,
+                    ErrorKind::Syntax,
+                    format!(
+                        "field 1 ({}) has wire type {}, not length-delimited (not this format?)",
+                        self.field,
+                        key & 7
+                    ),
                 )
                 .at(Position::Offset(start)));
             }
@@ -245,7 +300,7 @@ impl<R: Read> TopLevelReader<R> {
                     )
                     .at(Position::Offset(start)));
                 }
-                return Ok(Some((body, &self.buf)));
+                return Ok(Some((body, self.buf.len())));
             }
             let got =
                 std::io::copy(&mut (&mut self.inner).take(skip), &mut std::io::sink()).map_err(io_err)?;
@@ -293,6 +348,35 @@ mod tests {
         let e = r.next_element().unwrap_err();
         assert_eq!(e.position, Position::Offset(4));
         assert!(e.to_string().contains("declares 5 bytes"), "{e}");
+    }
+
+    #[test]
+    fn overlong_varints_fail_in_both_walkers() {
+        let b = [0x8d, 0x8d, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x14, 0x60];
+        assert!(TopLevel::new(&b, "t", "f").any(|r| r.is_err()));
+        let e = TopLevelReader::new(&b[..], "t", "f").next_element().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Syntax, "{e}");
+        assert_eq!(e.position, Position::Offset(0));
+    }
+
+    #[test]
+    fn keys_beyond_32_bits_fail_in_both_walkers() {
+        // From the fuzzer: a key varint of 2^55 or so, which prost refuses.
+        let b = [0xa0, 0x9f, 0x9f, 0x9f, 0x9f, 0x9f, 0x9f, 0x24, 0x00];
+        let e = TopLevel::new(&b, "t", "f").find_map(Result::err).unwrap();
+        assert!(e.message.contains("invalid field key"), "{e}");
+        let e = TopLevelReader::new(&b[..], "t", "f").next_element().unwrap_err();
+        assert!(e.message.contains("invalid field key"), "{e}");
+    }
+
+    #[test]
+    fn the_repeated_field_must_be_length_delimited() {
+        // From the fuzzer: field 1 as a varint, which prost refuses.
+        let b = [0x08, 0xff, 0xfe, 0xff, 0x8d, 0x65];
+        let e = TopLevel::new(&b, "t", "resource_spans").find_map(Result::err).unwrap();
+        assert!(e.message.contains("not length-delimited"), "{e}");
+        let e = TopLevelReader::new(&b[..], "t", "resource_spans").next_element().unwrap_err();
+        assert!(e.message.contains("not length-delimited"), "{e}");
     }
 
     #[test]

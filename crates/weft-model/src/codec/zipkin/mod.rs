@@ -11,8 +11,8 @@
 //! | `kind` `CLIENT`/`SERVER`/`PRODUCER`/`CONSUMER` | [`SpanKind`] | absent ↔ `Unspecified`; `Internal` is written without a kind (loss: "INTERNAL kinds written as absent") |
 //! | `timestamp`, `duration` (µs) | `start_ns`, `end_ns` | ×1000; writing truncates ns to µs (loss counted when a time is not a whole µs); a positive duration under 1 µs is written as 1, as Zipkin requires |
 //! | `localEndpoint.serviceName` | resource `service.name` | other resource attributes are not carried (loss) |
-//! | `localEndpoint.ipv4`/`ipv6`, `port` | span attributes `net.host.ip`, `net.host.port` | |
-//! | `remoteEndpoint.serviceName`, `ipv4`/`ipv6`, `port` | `peer.service`, `net.peer.ip`, `net.peer.port` | |
+//! | `localEndpoint.ipv4`/`ipv6`, `port` | span attributes `net.host.ip`, `net.host.port` | written to the endpoint only when they are an IP address / a port 1–65535 (else they stay tags); an endpoint field replaces a tag of the same name |
+//! | `remoteEndpoint.serviceName`, `ipv4`/`ipv6`, `port` | `peer.service`, `net.peer.ip`, `net.peer.port` | the same rules |
 //! | `annotations[]` | [`Span::events`] | an event with attributes is written as the value `{"<name>":{<attributes>}}` (OpenTelemetry's Zipkin mapping) and read back from that form |
 //! | `tags` | [`Span::attributes`] | tags are strings: other value types are written as text ([`Value`]'s `Display`) and read back as strings (loss: "non-string attributes stringified") |
 //! | tag `error` | [`Status`] `Error` + message | Unset has no tag; Ok is written as `otel.status_code=OK`; `otel.status_code`/`otel.status_description` are read too |
@@ -197,21 +197,22 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
     let scope = interner.scope(scope_name.or(library_name), scope_version.or(library_version));
     let local = z.local.unwrap_or_default();
     let resource = interner.resource(local.service_name.as_deref());
+    // Endpoint fields win over tags of the same name (keys stay unique).
     if let Some(ip) = local.ipv4.or(local.ipv6) {
-        attributes.push(conv::LOCAL_IPV4, ip);
+        attributes.set(conv::LOCAL_IPV4, ip);
     }
     if let Some(p) = local.port {
-        attributes.push(conv::LOCAL_PORT, p);
+        attributes.set(conv::LOCAL_PORT, p);
     }
     if let Some(r) = z.remote {
         if let Some(s) = r.service_name {
-            attributes.push(conv::PEER_SERVICE, s);
+            attributes.set(conv::PEER_SERVICE, s);
         }
         if let Some(ip) = r.ipv4.or(r.ipv6) {
-            attributes.push(conv::PEER_IP, ip);
+            attributes.set(conv::PEER_IP, ip);
         }
         if let Some(p) = r.port {
-            attributes.push(conv::PEER_PORT, p);
+            attributes.set(conv::PEER_PORT, p);
         }
     }
     if z.shared {
@@ -302,12 +303,19 @@ fn attr_text(v: &Value, losses: &mut Losses) -> String {
     v.to_string()
 }
 
+/// A port number (1–65535) as an endpoint carries it; anything else stays a tag.
 fn port_of(v: &Value) -> Option<i64> {
-    match v {
-        Value::I64(p) => Some(*p),
-        Value::Str(s) => s.parse().ok(),
-        _ => None,
-    }
+    let p = match v {
+        Value::I64(p) => *p,
+        Value::Str(s) => s.parse().ok()?,
+        _ => return None,
+    };
+    (1..=65535).contains(&p).then_some(p)
+}
+
+/// An IP address as an endpoint carries it (`ipv4` or `ipv6`); anything else stays a tag.
+fn ip_of(v: &Value) -> Option<std::net::IpAddr> {
+    v.as_str()?.parse().ok()
 }
 
 /// Builds the Zipkin form of a span, counting what it cannot carry.
@@ -334,7 +342,7 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
     for kv in s.attributes.iter() {
         let v = &kv.value;
         match kv.key.as_str() {
-            conv::LOCAL_IPV4 if local.ipv4.is_none() && local.ipv6.is_none() && v.as_str().is_some() => {
+            conv::LOCAL_IPV4 if local.ipv4.is_none() && local.ipv6.is_none() && ip_of(v).is_some() => {
                 let ip = v.as_str().unwrap_or_default().to_owned();
                 if ip.contains(':') { local.ipv6 = Some(ip) } else { local.ipv4 = Some(ip) }
             }
@@ -342,7 +350,7 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
             conv::PEER_SERVICE if remote.service_name.is_none() && v.as_str().is_some() => {
                 remote.service_name = v.as_str().map(str::to_owned)
             }
-            conv::PEER_IP if remote.ipv4.is_none() && remote.ipv6.is_none() && v.as_str().is_some() => {
+            conv::PEER_IP if remote.ipv4.is_none() && remote.ipv6.is_none() && ip_of(v).is_some() => {
                 let ip = v.as_str().unwrap_or_default().to_owned();
                 if ip.contains(':') { remote.ipv6 = Some(ip) } else { remote.ipv4 = Some(ip) }
             }

@@ -233,3 +233,29 @@ fn v1_bad_input() {
     assert!(e.field.contains("binaryAnnotations[n]"), "{e}");
     assert!(decode_v1_json(b"[{").is_err());
 }
+
+#[test]
+fn endpoint_fields_beat_tags_and_non_addresses_stay_tags() {
+    // A tag named like an endpoint attribute and the endpoint itself: keys stay unique.
+    let text = br#"[{"traceId":"a","id":"1","remoteEndpoint":{"ipv4":"10.0.0.2","port":80},"tags":{"net.peer.ip":"443","net.peer.port":"x"}}]"#;
+    let spans = decode_v2_json(text).unwrap();
+    let keys: Vec<_> = spans[0].attributes.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys, [conv::PEER_IP, conv::PEER_PORT]);
+    assert_eq!(spans[0].attributes.get_str(conv::PEER_IP), Some("10.0.0.2"));
+    // Values that are no address / port are written as tags, not dropped.
+    let mut s = spans[0].clone();
+    s.attributes = Attributes::new();
+    s.attributes.push(conv::PEER_IP, "not-an-ip");
+    s.attributes.push(conv::PEER_PORT, 70000i64);
+    s.attributes.push(conv::LOCAL_IPV4, "::1");
+    let mut losses = Losses::default();
+    let json: serde_json::Value =
+        serde_json::from_slice(&encode_v2_json_with(&[s.clone()], &mut losses)).unwrap();
+    assert_eq!(json[0]["tags"]["net.peer.ip"], "not-an-ip");
+    assert_eq!(json[0]["tags"]["net.peer.port"], "70000");
+    assert_eq!(json[0]["localEndpoint"]["ipv6"], "::1");
+    assert!(json[0].get("remoteEndpoint").is_none(), "{json}");
+    let back = decode_v2_proto(&encode_v2_proto_with(&[s], &mut losses)).unwrap();
+    assert_eq!(back[0].attributes.get_str(conv::PEER_IP), Some("not-an-ip"));
+    assert_eq!(losses.get(proto::LOST_BAD_IP), 0);
+}

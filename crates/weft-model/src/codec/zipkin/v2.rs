@@ -21,6 +21,9 @@ const EXPECTED: &str = "a Zipkin JSON array of spans ('[')";
 
 /// Decodes Zipkin v2 JSON; fails on the first span it cannot accept.
 pub fn decode_v2_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
+    if let Some(spans) = decode_fast(bytes) {
+        return Ok(spans);
+    }
     let mut r = V2JsonReader::new(bytes);
     let mut out = Vec::new();
     let mut rejected = Rejected::default();
@@ -31,11 +34,41 @@ pub fn decode_v2_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
 /// Decodes Zipkin v2 JSON, skipping (and counting) spans it cannot accept — invalid ids, or
 /// a span object that does not decode — as long as the array itself is well-formed.
 pub fn decode_v2_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
+    if let Some(spans) = decode_fast(bytes) {
+        return Ok((spans, Rejected::default()));
+    }
     let mut r = V2JsonReader::new(bytes);
     let mut out = Vec::new();
     let mut rejected = Rejected::default();
     while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
     Ok((out, rejected))
+}
+
+/// The fast path for a whole document in memory that is one well-formed array of valid spans
+/// (the common case): a single serde pass, no element scanning and copying. `None` for
+/// anything else — several arrays, a bad span, malformed JSON — which the element-by-element
+/// reader then decodes, with its positions in errors and its lenient skipping.
+fn decode_fast(bytes: &[u8]) -> Option<Vec<Span>> {
+    struct Spans;
+    impl<'de> Visitor<'de> for Spans {
+        type Value = Vec<Span>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an array of Zipkin spans")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Span>, A::Error> {
+            let mut interner = Interner::default();
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(64));
+            while let Some(j) = seq.next_element::<JSpan<'de>>()? {
+                let z = j.into_zipkin().map_err(|e| de::Error::custom(e.message.clone()))?;
+                out.push(super::to_span(z, &mut interner));
+            }
+            Ok(out)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let spans = serde::Deserializer::deserialize_seq(&mut de, Spans).ok()?;
+    de.end().ok()?;
+    Some(spans)
 }
 
 /// Encodes spans as a Zipkin v2 JSON array.

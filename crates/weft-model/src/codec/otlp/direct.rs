@@ -1,0 +1,536 @@
+//! Direct OTLP protobuf decoding: from the wire straight into weft's [`Span`]s, without
+//! building the generated `opentelemetry-proto` messages first (which cost a second set of
+//! vectors and a conversion pass; see the decode benchmark).
+//!
+//! It follows protobuf's rules as prost applies them, so both decoders agree on every input
+//! (a fuzz target checks this against the prost path): fields in any order, unknown fields
+//! skipped (groups included), a repeated occurrence of a singular message merged into the
+//! first, the last occurrence of a scalar winning, strings checked for UTF-8, wire types
+//! checked, nesting limited to 100 levels.
+
+use std::sync::Arc;
+
+use super::{PROTO, parent_from_bytes, span_id_from_bytes, split_relation, trace_id_from_bytes};
+use crate::codec::error::{CodecError, ErrorKind, Position, Sink};
+use crate::span::{Link, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
+use crate::value::{Attributes, KeyValue, Value};
+
+const MAX_DEPTH: u32 = 100;
+
+/// A wire error inside the `ResourceSpans` element at `base`.
+struct WireError {
+    at: usize,
+    msg: String,
+}
+
+type W<T> = Result<T, WireError>;
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Cursor { b, pos: 0 }
+    }
+    fn done(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+    fn err<T>(&self, msg: impl Into<String>) -> W<T> {
+        Err(WireError { at: self.pos, msg: msg.into() })
+    }
+    fn varint(&mut self) -> W<u64> {
+        let start = self.pos;
+        match super::wire::read_varint(self.b, &mut self.pos) {
+            Some(v) => Ok(v),
+            None => {
+                self.pos = start;
+                self.err("invalid varint")
+            }
+        }
+    }
+    /// The next field's number and wire type.
+    fn key(&mut self) -> W<(u32, u8)> {
+        let k = self.varint()?;
+        if k > u32::MAX as u64 {
+            return self.err(format!("invalid key value: {k}"));
+        }
+        let (field, wire) = ((k >> 3) as u32, (k & 7) as u8);
+        if field == 0 {
+            return self.err("invalid field number 0");
+        }
+        Ok((field, wire))
+    }
+    fn bytes(&mut self) -> W<&'a [u8]> {
+        let len = self.varint()?;
+        if len > (self.b.len() - self.pos) as u64 {
+            return self.err("buffer underflow (a length runs past the end)");
+        }
+        let s = &self.b[self.pos..self.pos + len as usize];
+        self.pos += len as usize;
+        Ok(s)
+    }
+    fn fixed64(&mut self) -> W<u64> {
+        match self.b.get(self.pos..self.pos + 8) {
+            Some(s) => {
+                self.pos += 8;
+                Ok(u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+            }
+            None => self.err("buffer underflow (fixed64)"),
+        }
+    }
+    fn fixed32(&mut self) -> W<u32> {
+        match self.b.get(self.pos..self.pos + 4) {
+            Some(s) => {
+                self.pos += 4;
+                Ok(u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+            }
+            None => self.err("buffer underflow (fixed32)"),
+        }
+    }
+    /// Skips a field of `wire` type (`field` for groups).
+    fn skip(&mut self, field: u32, wire: u8, depth: u32) -> W<()> {
+        if depth >= MAX_DEPTH {
+            return self.err("recursion limit reached");
+        }
+        match wire {
+            0 => self.varint().map(drop),
+            1 => self.fixed64().map(drop),
+            2 => self.bytes().map(drop),
+            5 => self.fixed32().map(drop),
+            3 => loop {
+                if self.done() {
+                    return self.err("unexpected end of group");
+                }
+                let (f, w) = self.key()?;
+                if w == 4 {
+                    return if f == field { Ok(()) } else { self.err("unexpected end group tag") };
+                }
+                self.skip(f, w, depth + 1)?;
+            },
+            w => self.err(format!("invalid wire type value: {w}")),
+        }
+    }
+    fn expect(&self, field: u32, wire: u8, want: u8) -> W<()> {
+        if wire == want {
+            Ok(())
+        } else {
+            self.err(format!("invalid wire type: field {field} has wire type {wire}, expected {want}"))
+        }
+    }
+    fn string(&mut self, field: u32, wire: u8) -> W<String> {
+        self.expect(field, wire, 2)?;
+        let at = self.pos;
+        let b = self.bytes()?;
+        match std::str::from_utf8(b) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(WireError { at, msg: "invalid string value: data is not UTF-8 encoded".into() }),
+        }
+    }
+    fn u32(&mut self, field: u32, wire: u8) -> W<u32> {
+        self.expect(field, wire, 0)?;
+        Ok(self.varint()? as u32)
+    }
+}
+
+/// Attributes (a repeated `KeyValue` field), merged onto `into`.
+fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
+    if depth > MAX_DEPTH {
+        return Err(WireError { at: 0, msg: "recursion limit reached".into() });
+    }
+    let mut c = Cursor::new(b);
+    let mut key = String::new();
+    let mut value: Option<Value> = None;
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => key = c.string(f, w)?,
+            2 => {
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                any_value(body, depth + 1, value.get_or_insert(Value::Empty)).map_err(|e| shift(e, at))?;
+            }
+            3 => {
+                // `key_strindex` (profiles only): not carried, but it must be a varint.
+                c.expect(f, w, 0)?;
+                c.varint()?;
+            }
+            _ => c.skip(f, w, depth)?,
+        }
+    }
+    into.push(KeyValue { key, value: value.unwrap_or(Value::Empty) });
+    Ok(())
+}
+
+fn shift(e: WireError, at: usize) -> WireError {
+    WireError { at: at + e.at, msg: e.msg }
+}
+
+/// An `AnyValue`, merged onto `v` (a repeated array / kvlist merges, anything else replaces).
+fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
+    if depth > MAX_DEPTH {
+        return Err(WireError { at: 0, msg: "recursion limit reached".into() });
+    }
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => *v = Value::Str(c.string(f, w)?),
+            2 => {
+                c.expect(f, w, 0)?;
+                *v = Value::Bool(c.varint()? != 0);
+            }
+            3 => {
+                c.expect(f, w, 0)?;
+                *v = Value::I64(c.varint()? as i64);
+            }
+            4 => {
+                c.expect(f, w, 1)?;
+                *v = Value::F64(f64::from_bits(c.fixed64()?));
+            }
+            5 | 6 => {
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                if depth + 1 > MAX_DEPTH {
+                    return Err(WireError { at, msg: "recursion limit reached".into() });
+                }
+                let merge = matches!((f, &*v), (5, Value::Array(_)) | (6, Value::Map(_)));
+                if !merge {
+                    *v = if f == 5 { Value::Array(Vec::new()) } else { Value::Map(Vec::new()) };
+                }
+                let mut inner = Cursor::new(body);
+                while !inner.done() {
+                    let (g, gw) = inner.key().map_err(|e| shift(e, at))?;
+                    if g == 1 {
+                        inner.expect(g, gw, 2).map_err(|e| shift(e, at))?;
+                        let iat = inner.pos;
+                        let item = inner.bytes().map_err(|e| shift(e, at))?;
+                        match v {
+                            Value::Array(a) => {
+                                let mut x = Value::Empty;
+                                any_value(item, depth + 2, &mut x).map_err(|e| shift(e, at + iat))?;
+                                a.push(x);
+                            }
+                            Value::Map(m) => key_value(item, depth + 2, m).map_err(|e| shift(e, at + iat))?,
+                            _ => {}
+                        }
+                    } else {
+                        inner.skip(g, gw, depth + 1).map_err(|e| shift(e, at))?;
+                    }
+                }
+            }
+            7 => {
+                c.expect(f, w, 2)?;
+                *v = Value::Bytes(c.bytes()?.to_vec());
+            }
+            8 => {
+                c.expect(f, w, 0)?;
+                c.varint()?;
+                *v = Value::Empty;
+            }
+            _ => c.skip(f, w, depth)?,
+        }
+    }
+    Ok(())
+}
+
+/// Appends a repeated `KeyValue` element (a message at nesting depth `depth`) to `attrs`.
+fn attr(c: &mut Cursor<'_>, f: u32, w: u8, depth: u32, attrs: &mut Attributes) -> W<()> {
+    c.expect(f, w, 2)?;
+    let at = c.pos;
+    let body = c.bytes()?;
+    key_value(body, depth, &mut attrs.0).map_err(|e| shift(e, at))
+}
+
+fn resource(b: &[u8], r: &mut Resource) -> W<()> {
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => attr(&mut c, f, w, 2, &mut r.attributes)?,
+            2 => r.dropped_attributes_count = c.u32(f, w)?,
+            3 => {
+                // `entity_refs` (development): not carried, but checked as prost checks it.
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                entity_ref(body).map_err(|e| shift(e, at))?;
+            }
+            _ => c.skip(f, w, 1)?,
+        }
+    }
+    Ok(())
+}
+
+/// Checks an `EntityRef` (depth 2): four string fields.
+fn entity_ref(b: &[u8]) -> W<()> {
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1..=4 => drop(c.string(f, w)?),
+            _ => c.skip(f, w, 2)?,
+        }
+    }
+    Ok(())
+}
+
+fn scope(b: &[u8], s: &mut Scope) -> W<()> {
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => s.name = c.string(f, w)?,
+            2 => s.version = c.string(f, w)?,
+            3 => attr(&mut c, f, w, 3, &mut s.attributes)?,
+            4 => s.dropped_attributes_count = c.u32(f, w)?,
+            _ => c.skip(f, w, 2)?,
+        }
+    }
+    Ok(())
+}
+
+/// The raw ids of a span or link (checked by the caller, as the prost path does).
+#[derive(Default)]
+struct Ids<'a> {
+    trace: &'a [u8],
+    span: &'a [u8],
+    parent: &'a [u8],
+}
+
+fn event(b: &[u8]) -> W<SpanEvent> {
+    let mut e = SpanEvent::default();
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => {
+                c.expect(f, w, 1)?;
+                e.time_ns = c.fixed64()?;
+            }
+            2 => e.name = c.string(f, w)?,
+            3 => attr(&mut c, f, w, 4, &mut e.attributes)?,
+            4 => e.dropped_attributes_count = c.u32(f, w)?,
+            _ => c.skip(f, w, 3)?,
+        }
+    }
+    Ok(e)
+}
+
+fn link<'a>(b: &'a [u8], ids: &mut Ids<'a>) -> W<Link> {
+    let mut l = Link::default();
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => {
+                c.expect(f, w, 2)?;
+                ids.trace = c.bytes()?;
+            }
+            2 => {
+                c.expect(f, w, 2)?;
+                ids.span = c.bytes()?;
+            }
+            3 => l.trace_state = c.string(f, w)?,
+            4 => attr(&mut c, f, w, 4, &mut l.attributes)?,
+            5 => l.dropped_attributes_count = c.u32(f, w)?,
+            6 => {
+                c.expect(f, w, 5)?;
+                l.flags = c.fixed32()?;
+            }
+            _ => c.skip(f, w, 3)?,
+        }
+    }
+    Ok(l)
+}
+
+/// Decodes one span's wire form; the outer `Result` is the wire, the inner the span's
+/// acceptability (ids), which a lenient caller may skip.
+fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span, CodecError>> {
+    let mut s = Span { resource: Arc::clone(resource), scope: Arc::clone(scope), ..Span::default() };
+    let mut ids = Ids::default();
+    let mut links: Vec<(Link, Ids<'_>)> = Vec::new();
+    let mut status: Option<(i32, String)> = None;
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 => {
+                c.expect(f, w, 2)?;
+                ids.trace = c.bytes()?;
+            }
+            2 => {
+                c.expect(f, w, 2)?;
+                ids.span = c.bytes()?;
+            }
+            3 => s.trace_state = c.string(f, w)?,
+            4 => {
+                c.expect(f, w, 2)?;
+                ids.parent = c.bytes()?;
+            }
+            5 => s.name = c.string(f, w)?,
+            6 => {
+                c.expect(f, w, 0)?;
+                s.kind = SpanKind::from_i32(c.varint()? as i32);
+            }
+            7 => {
+                c.expect(f, w, 1)?;
+                s.start_ns = c.fixed64()?;
+            }
+            8 => {
+                c.expect(f, w, 1)?;
+                s.end_ns = c.fixed64()?;
+            }
+            9 => attr(&mut c, f, w, 3, &mut s.attributes)?,
+            10 => s.dropped_attributes_count = c.u32(f, w)?,
+            11 => {
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                s.events.push(event(body).map_err(|e| shift(e, at))?);
+            }
+            12 => s.dropped_events_count = c.u32(f, w)?,
+            13 => {
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                let mut lids = Ids::default();
+                let l = link(body, &mut lids).map_err(|e| shift(e, at))?;
+                links.push((l, lids));
+            }
+            14 => s.dropped_links_count = c.u32(f, w)?,
+            15 => {
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                let st = status.get_or_insert((0, String::new()));
+                let mut sc = Cursor::new(body);
+                while !sc.done() {
+                    let (g, gw) = sc.key().map_err(|e| shift(e, at))?;
+                    match g {
+                        2 => st.1 = sc.string(g, gw).map_err(|e| shift(e, at))?,
+                        3 => {
+                            sc.expect(g, gw, 0).map_err(|e| shift(e, at))?;
+                            st.0 = sc.varint().map_err(|e| shift(e, at))? as i32;
+                        }
+                        _ => sc.skip(g, gw, 3).map_err(|e| shift(e, at))?,
+                    }
+                }
+            }
+            16 => {
+                c.expect(f, w, 5)?;
+                s.flags = c.fixed32()?;
+            }
+            _ => c.skip(f, w, 2)?,
+        }
+    }
+    if let Some((code, message)) = status {
+        s.status = Status { code: StatusCode::from_i32(code), message };
+    }
+    // The acceptability checks, in the prost path's order.
+    let check = (|| {
+        s.trace_id = trace_id_from_bytes(ids.trace, "trace_id")?;
+        s.span_id = span_id_from_bytes(ids.span, "span_id")?;
+        s.parent_span_id = parent_from_bytes(ids.parent)?;
+        s.links.reserve(links.len());
+        for (i, (mut l, lids)) in links.into_iter().enumerate() {
+            l.trace_id =
+                trace_id_from_bytes(lids.trace, "trace_id").map_err(|e| e.within(&format!("links[{i}]")))?;
+            l.span_id =
+                span_id_from_bytes(lids.span, "span_id").map_err(|e| e.within(&format!("links[{i}]")))?;
+            let (relation, attributes) = split_relation(std::mem::take(&mut l.attributes));
+            l.relation = relation;
+            l.attributes = attributes;
+            s.links.push(l);
+        }
+        Ok(())
+    })();
+    Ok(check.map(|()| s))
+}
+
+/// Decodes the `index`-th `ResourceSpans` element, found at byte `offset` of the input, into
+/// `out` (per-span defects go to `sink`).
+pub(crate) fn resource_spans(
+    element: &[u8],
+    offset: u64,
+    index: usize,
+    sink: &mut Sink<'_>,
+    out: &mut Vec<Span>,
+) -> Result<(), CodecError> {
+    let wire = |e: WireError| {
+        CodecError::new(
+            PROTO,
+            if e.msg.contains("underflow") || e.msg.contains("end of group") {
+                ErrorKind::Truncated
+            } else {
+                ErrorKind::Syntax
+            },
+            format!("cannot decode ResourceSpans starting at byte {offset}: {}", e.msg),
+        )
+        .at(Position::Offset(offset + e.at as u64))
+        .field(format!("resource_spans[{index}]"))
+    };
+    // Pass 1: the resource, the schema URL, where the scope spans are (fields may come in
+    // any order, and spans need their resource).
+    let mut res = Resource::default();
+    let mut scopes: Vec<(usize, &[u8])> = Vec::new();
+    let mut c = Cursor::new(element);
+    while !c.done() {
+        let (f, w) = c.key().map_err(wire)?;
+        match f {
+            1 => {
+                c.expect(f, w, 2).map_err(wire)?;
+                let at = c.pos;
+                let body = c.bytes().map_err(wire)?;
+                resource(body, &mut res).map_err(|e| wire(shift(e, at)))?;
+            }
+            2 => {
+                c.expect(f, w, 2).map_err(wire)?;
+                let at = c.pos;
+                scopes.push((at, c.bytes().map_err(wire)?));
+            }
+            3 => res.schema_url = c.string(f, w).map_err(wire)?,
+            _ => c.skip(f, w, 0).map_err(wire)?,
+        }
+    }
+    let res = Arc::new(res);
+    for (j, (at, ss)) in scopes.into_iter().enumerate() {
+        // Pass 1 of the ScopeSpans: its scope and schema URL, where the spans are.
+        let mut sc = Scope::default();
+        let mut spans: Vec<(usize, &[u8])> = Vec::new();
+        let mut c = Cursor::new(ss);
+        let w2 = |e: WireError| wire(shift(e, at));
+        while !c.done() {
+            let (f, w) = c.key().map_err(w2)?;
+            match f {
+                1 => {
+                    c.expect(f, w, 2).map_err(w2)?;
+                    let sat = c.pos;
+                    let body = c.bytes().map_err(w2)?;
+                    scope(body, &mut sc).map_err(|e| w2(shift(e, sat)))?;
+                }
+                2 => {
+                    c.expect(f, w, 2).map_err(w2)?;
+                    let sat = c.pos;
+                    spans.push((sat, c.bytes().map_err(w2)?));
+                }
+                3 => sc.schema_url = c.string(f, w).map_err(w2)?,
+                _ => c.skip(f, w, 1).map_err(w2)?,
+            }
+        }
+        let sc = Arc::new(sc);
+        out.reserve(spans.len());
+        for (k, (sat, body)) in spans.into_iter().enumerate() {
+            match span(body, &res, &sc).map_err(|e| w2(shift(e, sat)))? {
+                Ok(s) => out.push(s),
+                Err(e) => {
+                    sink.reject(e.within(&format!("resource_spans[{index}].scope_spans[{j}].spans[{k}]")))?
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! Kernel capture against the real kernel (needs root: CI and the test machine run as root;
+//! a refusal fails with the kernel's reason, never skips).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use weft_model::event::KernelEvent;
+use weft_model::{Event, EventKind};
+use weft_sources::perf::{Capture, CaptureConfig, StoppedChild, Target, UprobeTarget, syscall_number};
+
+fn kernel(e: &Event) -> Option<&KernelEvent> {
+    match &e.kind {
+        EventKind::Kernel(k) => Some(k),
+        _ => None,
+    }
+}
+
+/// Runs `argv` under a capture until it exits; returns the events and the capture.
+fn run_captured(argv: &[String], cfg: CaptureConfig) -> (Vec<Event>, Capture, u32) {
+    let mut child = StoppedChild::spawn(argv).expect("fork");
+    let cfg = CaptureConfig { target: Target::Exec(child.pid), ..cfg };
+    let mut cap =
+        Capture::open(&cfg).unwrap_or_else(|e| panic!("kernel capture refused (run the tests as root): {e}"));
+    cap.enable().expect("enable");
+    child.release().expect("release");
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().is_none() {
+        assert!(Instant::now() < deadline, "workload did not finish in 60 s");
+        cap.poll(Duration::from_millis(50), &mut events).expect("poll");
+    }
+    assert_eq!(child.try_wait(), Some(0), "workload failed");
+    cap.finish(&mut events);
+    events.sort_by_key(|e| e.time_ns);
+    (events, cap, child.pid)
+}
+
+#[test]
+fn captures_syscalls_switches_and_uprobes_of_an_exec_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = weft_testkit::compile_c("examples/kernel/workload.c", dir.path());
+    let out = dir.path().join("spans.json");
+    let up = UprobeTarget::resolve(&format!("{}:work_unit", bin.display())).expect("resolve work_unit");
+    let cfg = CaptureConfig {
+        tracepoints: vec![
+            "sched:sched_switch".into(),
+            "raw_syscalls:sys_enter".into(),
+            "raw_syscalls:sys_exit".into(),
+        ],
+        uprobes: vec![up],
+        ..CaptureConfig::default()
+    };
+    let argv = vec![bin.display().to_string(), out.display().to_string(), "--calls".into(), "40".into()];
+    let (events, cap, pid) = run_captured(&argv, cfg);
+    let stats = cap.stats();
+    assert_eq!(stats.lost(), 0, "records lost: {stats:?}");
+    assert_eq!(stats.decode.malformed, 0, "{:?}", stats.decode.first_errors);
+
+    // Exactly the program's 1000 getppid calls, all from its main thread (= its pid).
+    let getppid = syscall_number("getppid").unwrap();
+    let enters: Vec<_> = events
+        .iter()
+        .filter_map(kernel)
+        .filter(|k| matches!(k, KernelEvent::SyscallEnter { nr, pid: p, .. } if *nr == getppid && *p == pid))
+        .collect();
+    assert_eq!(enters.len(), 1000);
+    let exits = events
+        .iter()
+        .filter_map(kernel)
+        .filter(|k| matches!(k, KernelEvent::SyscallExit { nr, pid: p, ret, .. } if *nr == getppid && *p == pid && *ret as u32 == std::process::id()))
+        .count();
+    assert_eq!(exits, 1000, "getppid returns weft's test process id");
+    // Nothing from other processes (per-task events with inherit).
+    assert!(events.iter().filter_map(kernel).all(|k| match k {
+        KernelEvent::SyscallEnter { pid: p, .. } | KernelEvent::SyscallExit { pid: p, .. } => *p == pid,
+        _ => true,
+    }));
+    // The helper thread (pipe writer) was followed too: its write(2) is there.
+    let write = syscall_number("write").unwrap();
+    assert!(events.iter().filter_map(kernel).any(
+        |k| matches!(k, KernelEvent::SyscallEnter { nr, pid: p, tid, args, .. } if *nr == write && *p == pid && *tid != pid && args[2] == 1)
+    ));
+
+    // Uprobes: 40 entries with i in rdi, 40 returns with i*3+1 in rax, in pairs.
+    let mut calls = Vec::new();
+    let mut rets = Vec::new();
+    for k in events.iter().filter_map(kernel) {
+        match k {
+            KernelEvent::UprobeEntry { args, tid, .. } => {
+                assert_eq!(*tid, pid);
+                calls.push(args[0]);
+            }
+            KernelEvent::UprobeReturn { ret, .. } => rets.push(*ret),
+            _ => {}
+        }
+    }
+    assert_eq!(calls, (0..40).collect::<Vec<u64>>());
+    assert_eq!(rets, (0..40).map(|i| i * 3 + 1).collect::<Vec<i64>>());
+
+    // Scheduler: the main thread leaves the CPU sleeping during nanosleep and comes back;
+    // switches alternate out/in per thread.
+    let mut last: HashMap<u32, bool> = HashMap::new();
+    let (mut outs, mut ins, mut sleeping_outs) = (0, 0, 0);
+    for k in events.iter().filter_map(kernel) {
+        if let KernelEvent::SchedSwitch { prev_tid, prev_pid, next_tid, prev_state, .. } = k {
+            if *prev_tid == pid {
+                assert_eq!(*prev_pid, pid);
+                outs += 1;
+                if *prev_state & 0xff == 1 {
+                    sleeping_outs += 1;
+                }
+                assert_ne!(last.insert(pid, false), Some(false), "two switch-outs in a row");
+            }
+            if *next_tid == pid {
+                ins += 1;
+                last.insert(pid, true);
+            }
+        }
+    }
+    assert!(sleeping_outs >= 5, "4 nanosleeps + 1 blocking read: {sleeping_outs} sleeping switch-outs");
+    assert!(outs >= sleeping_outs && ins >= sleeping_outs, "outs {outs}, ins {ins}");
+    assert!(stats.opened > 0);
+    assert_eq!(cap.traced_threads().map(|s| s.contains(&pid)), Some(true));
+}
+
+#[test]
+fn generic_tracepoint_decoding() {
+    // syscalls:sys_enter_clock_nanosleep has no typed decoder: every field comes from its
+    // format file. (glibc's nanosleep() is clock_nanosleep(CLOCK_REALTIME, 0, ...).)
+    let dir = tempfile::tempdir().unwrap();
+    let bin = weft_testkit::compile_c("examples/kernel/workload.c", dir.path());
+    let out = dir.path().join("spans.json");
+    let cfg = CaptureConfig {
+        tracepoints: vec!["syscalls:sys_enter_clock_nanosleep".into()],
+        ..CaptureConfig::default()
+    };
+    let argv = vec![bin.display().to_string(), out.display().to_string()];
+    let (events, _cap, _pid) = run_captured(&argv, cfg);
+    let sleeps: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Tracepoint(t) if &*t.name == "syscalls:sys_enter_clock_nanosleep" => Some(t),
+            _ => None,
+        })
+        .collect();
+    // 4 in the sleep phase, 1 in the pipe writer thread.
+    assert_eq!(sleeps.len(), 5, "{sleeps:?}");
+    assert!(sleeps.iter().all(|t| t.fields.get("rqtp").and_then(|v| v.as_i64()).is_some_and(|p| p != 0)));
+    assert!(sleeps.iter().all(|t| t.fields.get("which_clock").and_then(|v| v.as_i64()) == Some(0)));
+    assert!(
+        sleeps
+            .iter()
+            .all(|t| t.fields.get("__syscall_nr").and_then(|v| v.as_i64())
+                == syscall_number("clock_nanosleep"))
+    );
+}
+
+#[test]
+fn bad_configurations_are_clear_errors() {
+    let e = Capture::open(&CaptureConfig {
+        tracepoints: vec!["nosuchsys:nosuchevent".into()],
+        ..CaptureConfig::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("no tracepoint nosuchsys:nosuchevent"), "{e}");
+    let e = Capture::open(&CaptureConfig {
+        tracepoints: vec!["sched_switch".into()],
+        ..CaptureConfig::default()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("SYSTEM:EVENT"), "{e}");
+    let e = UprobeTarget::resolve("/bin/sh:no_such_function_xyz").unwrap_err().to_string();
+    assert!(e.contains("no function"), "{e}");
+}

@@ -1,0 +1,345 @@
+//! Span sinks: trace files (any format weft writes, streamed through
+//! [`weft_model::codec::stream`] writers), OTLP/HTTP to any collector, and memory.
+//!
+//! Each sink runs on its own thread behind a bounded queue of span batches. What happens when
+//! a sink falls behind is its [`Backpressure`]: `Block` stalls the weave (and through the merge
+//! and the sources' bounded channels, the readers — a simulator writing a FIFO then blocks on
+//! its writes), `Drop` discards the batch and counts the spans.
+//!
+//! The OTLP/HTTP sink posts OTLP protobuf (`application/x-protobuf`) in batches of
+//! `batch_spans`, retrying connection failures and 429/502/503/504 answers with exponential
+//! backoff (honouring `Retry-After`), at most `max_retries` times per batch; a batch it gives up
+//! on is counted in [`SinkReport::failed_spans`] with the last error, and the sink goes on.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
+use weft_model::Span;
+use weft_model::codec::Losses;
+use weft_model::codec::stream::{Format, SpanWriter, WriterOptions, writer};
+
+/// What a full sink queue does to the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backpressure {
+    /// Wait (the pipeline slows down to the sink's pace).
+    #[default]
+    Block,
+    /// Discard the batch and count its spans.
+    Drop,
+}
+
+/// Options of the OTLP/HTTP sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// `http://host:port/v1/traces`.
+    pub url: String,
+    /// Spans per request.
+    pub batch_spans: usize,
+    /// Retries per batch.
+    pub max_retries: u32,
+    /// Per-request timeout.
+    pub timeout_ms: u64,
+    /// What a full queue does.
+    pub backpressure: Backpressure,
+    /// Batches queued before backpressure applies.
+    pub queue_batches: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            url: String::new(),
+            batch_spans: 512,
+            max_retries: 5,
+            timeout_ms: 10_000,
+            backpressure: Backpressure::Block,
+            queue_batches: 4,
+        }
+    }
+}
+
+/// Spans kept in memory (tests, library callers).
+#[derive(Debug, Clone, Default)]
+pub struct MemorySink(Arc<Mutex<Vec<Span>>>);
+
+impl MemorySink {
+    /// An empty memory sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The spans received so far (in arrival order).
+    pub fn spans(&self) -> Vec<Span> {
+        self.0.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+/// Where spans go.
+#[derive(Debug, Clone)]
+pub enum SinkSpec {
+    /// A trace file.
+    File {
+        /// Output path.
+        path: PathBuf,
+        /// Format.
+        format: Format,
+        /// What a full queue does.
+        backpressure: Backpressure,
+        /// Batches queued.
+        queue_batches: usize,
+    },
+    /// OTLP/HTTP.
+    OtlpHttp(HttpOptions),
+    /// Memory.
+    Memory(MemorySink),
+}
+
+impl SinkSpec {
+    /// A short description (`file out.otlp.json (otlp-json)`).
+    pub fn describe(&self) -> String {
+        match self {
+            SinkSpec::File { path, format, .. } => format!("file {} ({})", path.display(), format.cli_name()),
+            SinkSpec::OtlpHttp(o) => format!("otlp-http {}", o.url),
+            SinkSpec::Memory(_) => "memory".into(),
+        }
+    }
+}
+
+/// A sink that failed as a whole (could not create its file, ...).
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// I/O on a file sink.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Encoding or writing spans failed.
+    #[error("{sink}: {msg}")]
+    Write {
+        /// The sink.
+        sink: String,
+        /// What failed.
+        msg: String,
+    },
+}
+
+/// What a sink did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkReport {
+    /// The sink.
+    pub name: String,
+    /// Spans written (files, memory) or accepted (HTTP 2xx).
+    pub spans: u64,
+    /// Spans discarded because the sink's queue was full (`backpressure = "drop"`).
+    pub dropped_spans: u64,
+    /// Spans of batches the HTTP sink gave up on.
+    pub failed_spans: u64,
+    /// HTTP requests made (including retries).
+    pub requests: u64,
+    /// HTTP retries.
+    pub retries: u64,
+    /// The last error, if any.
+    pub last_error: Option<String>,
+    /// What the file format could not carry.
+    pub losses: Losses,
+}
+
+type Batch = Arc<Vec<Span>>;
+
+/// A running sink: its queue and thread.
+pub struct SinkHandle {
+    name: String,
+    tx: Option<Sender<Batch>>,
+    backpressure: Backpressure,
+    dropped: Arc<AtomicU64>,
+    thread: Option<JoinHandle<Result<SinkReport, SinkError>>>,
+}
+
+impl SinkHandle {
+    /// Starts the sink's thread (files are created here, so errors surface at once).
+    pub fn start(spec: SinkSpec) -> Result<SinkHandle, SinkError> {
+        let name = spec.describe();
+        let (backpressure, cap) = match &spec {
+            SinkSpec::File { backpressure, queue_batches, .. } => (*backpressure, *queue_batches),
+            SinkSpec::OtlpHttp(o) => (o.backpressure, o.queue_batches),
+            SinkSpec::Memory(_) => (Backpressure::Block, 16),
+        };
+        let (tx, rx) = bounded::<Batch>(cap.max(1));
+        let thread = match spec {
+            SinkSpec::File { path, format, .. } => {
+                let f = File::create(&path).map_err(|e| SinkError::Io {
+                    path: path.clone(),
+                    op: "create",
+                    source: e,
+                })?;
+                let n = name.clone();
+                std::thread::Builder::new()
+                    .name("weft-sink-file".into())
+                    .spawn(move || {
+                        let w =
+                            writer(format, BufWriter::with_capacity(1 << 20, f), WriterOptions::default())
+                                .map_err(|e| SinkError::Write { sink: n.clone(), msg: e.to_string() })?;
+                        run_file(n, w, rx)
+                    })
+                    .map_err(|e| SinkError::Io { path, op: "spawn sink thread", source: e })?
+            }
+            SinkSpec::OtlpHttp(o) => {
+                let n = name.clone();
+                std::thread::Builder::new()
+                    .name("weft-sink-http".into())
+                    .spawn(move || Ok(run_http(n, o, rx)))
+                    .map_err(|e| SinkError::Io {
+                        path: PathBuf::from("(otlp-http)"),
+                        op: "spawn sink thread",
+                        source: e,
+                    })?
+            }
+            SinkSpec::Memory(m) => {
+                let n = name.clone();
+                std::thread::Builder::new()
+                    .name("weft-sink-mem".into())
+                    .spawn(move || {
+                        let mut spans = 0;
+                        for b in rx {
+                            spans += b.len() as u64;
+                            if let Ok(mut v) = m.0.lock() {
+                                v.extend(b.iter().cloned());
+                            }
+                        }
+                        Ok(SinkReport { name: n, spans, ..SinkReport::default() })
+                    })
+                    .map_err(|e| SinkError::Io {
+                        path: PathBuf::from("(memory)"),
+                        op: "spawn sink thread",
+                        source: e,
+                    })?
+            }
+        };
+        Ok(SinkHandle { name, tx: Some(tx), backpressure, dropped: Arc::default(), thread: Some(thread) })
+    }
+
+    /// Hands a batch to the sink (blocking or dropping per its backpressure).
+    pub fn send(&self, batch: &Batch) {
+        let Some(tx) = &self.tx else { return };
+        match self.backpressure {
+            Backpressure::Block => {
+                if tx.send(batch.clone()).is_err() {
+                    // The sink thread ended with an error; its report says why.
+                    self.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+            }
+            Backpressure::Drop => match tx.try_send(batch.clone()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                    self.dropped.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                }
+            },
+        }
+    }
+
+    /// Spans dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Closes the queue and waits for the sink to finish.
+    pub fn finish(mut self) -> Result<SinkReport, SinkError> {
+        self.tx = None;
+        let dropped = self.dropped();
+        let r = match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) | None => {
+                Err(SinkError::Write { sink: self.name.clone(), msg: "sink thread panicked".into() })
+            }
+        };
+        r.map(|mut rep| {
+            rep.dropped_spans += dropped;
+            rep
+        })
+    }
+}
+
+fn run_file(
+    name: String,
+    mut w: Box<dyn SpanWriter + '_>,
+    rx: Receiver<Batch>,
+) -> Result<SinkReport, SinkError> {
+    let mut spans = 0u64;
+    let werr = |e: weft_model::codec::CodecError| SinkError::Write { sink: name.clone(), msg: e.to_string() };
+    for b in rx {
+        w.write(&b).map_err(werr)?;
+        spans += b.len() as u64;
+    }
+    let losses = w.finish().map_err(werr)?;
+    Ok(SinkReport { name, spans, losses, ..SinkReport::default() })
+}
+
+fn run_http(name: String, o: HttpOptions, rx: Receiver<Batch>) -> SinkReport {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_millis(o.timeout_ms.max(1))))
+        .build()
+        .into();
+    let mut rep = SinkReport { name, ..SinkReport::default() };
+    let mut pending: Vec<Span> = Vec::new();
+    for b in rx {
+        pending.extend(b.iter().cloned());
+        while pending.len() >= o.batch_spans {
+            let rest = pending.split_off(o.batch_spans);
+            let batch = std::mem::replace(&mut pending, rest);
+            post(&agent, &o, &batch, &mut rep);
+        }
+    }
+    if !pending.is_empty() {
+        post(&agent, &o, &pending, &mut rep);
+    }
+    rep
+}
+
+fn post(agent: &ureq::Agent, o: &HttpOptions, spans: &[Span], rep: &mut SinkReport) {
+    let body = weft_model::codec::otlp::encode_proto(spans);
+    let mut attempt = 0u32;
+    loop {
+        rep.requests += 1;
+        let res = agent.post(&o.url).header("Content-Type", "application/x-protobuf").send(&body[..]);
+        let (retry, wait, err) = match res {
+            Ok(mut r) => {
+                let status = r.status().as_u16();
+                let retry_after = r
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map(|s| Duration::from_secs(s.min(30)));
+                let _ = r.body_mut().read_to_vec();
+                if (200..300).contains(&status) {
+                    rep.spans += spans.len() as u64;
+                    return;
+                }
+                let retry = matches!(status, 429 | 502 | 503 | 504);
+                (retry, retry_after, format!("{} answered HTTP {status}", o.url))
+            }
+            Err(e) => (true, None, format!("{}: {e}", o.url)),
+        };
+        if !retry || attempt >= o.max_retries {
+            tracing::warn!("OTLP/HTTP sink gives up on {} spans: {err}", spans.len());
+            rep.failed_spans += spans.len() as u64;
+            rep.last_error = Some(err);
+            return;
+        }
+        let backoff = Duration::from_millis(100u64 << attempt.min(6)).min(Duration::from_secs(5));
+        std::thread::sleep(wait.unwrap_or(backoff));
+        attempt += 1;
+        rep.retries += 1;
+    }
+}

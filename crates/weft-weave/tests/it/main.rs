@@ -1,0 +1,10 @@
+//! weft-weave integration tests (one binary).
+
+mod actors;
+mod backpressure;
+mod bad_input;
+mod blkin;
+mod fifo;
+mod golden;
+mod props;
+mod topology;

@@ -1,0 +1,536 @@
+//! `weft import`: brings recorded traces into weft.
+//!
+//! `weft import ctf TRACE_DIR` reads CTF 1.8 traces — an LTTng session's output directory
+//! (`ust/uid/<uid>/64-bit/`, `ust/pid/…/`, `kernel/`) or any directory with CTF traces
+//! (`metadata` + stream files) below it — and writes
+//!
+//! * spans: BlkKin's `zipkin:*` events woven into Zipkin-style spans
+//!   ([`weft_weave::blkin`]), to a file (`--to`, any format `weft convert` writes), a data
+//!   directory (`--data-dir`), or a running weft / OTLP receiver (`--server`, OTLP/HTTP);
+//! * raw events: every event as a tracepoint event, into the data directory's `events` table
+//!   (`--data-dir`) or a JSON Lines file (`--events-to`).
+//!
+//! Stream files are decoded in parallel (`--jobs`, one thread per stream at most); `--jobs 1`
+//! decodes them as one time-ordered merge. Corrupt packets are skipped and counted (or stop the
+//! import with `--strict`); the summary reports them with the tracer's own losses (LTTng's
+//! discarded events and missing packets).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc::sync_channel;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use weft_model::codec::stream::{Format, SpanWriter, WriterOptions, writer};
+use weft_model::{Event, EventKind, SourceId, Span};
+use weft_sources::ctf::{CtfTrace, DecodeOptions, Merged, StreamDecoder, StreamStats, open_traces};
+use weft_store::{Store, StoreConfig, StoreError};
+use weft_weave::blkin::{BlkkinStats, BlkkinWeaver};
+
+/// Arguments of `weft import`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub kind: Kind,
+}
+
+/// What to import.
+#[derive(clap::Subcommand, Debug)]
+pub enum Kind {
+    /// CTF 1.8 traces (LTTng-UST, LTTng kernel): BlkKin spans and every event.
+    Ctf(CtfArgs),
+}
+
+/// Arguments of `weft import ctf`.
+#[derive(clap::Args, Debug)]
+pub struct CtfArgs {
+    /// A trace directory: an LTTng session's output, or any directory with CTF traces below it.
+    pub trace_dir: PathBuf,
+    /// Write the spans to this file (format from the name — `x.zipkin.json`, `x.jaeger.json`,
+    /// `x.pb`, ...; plain `.json` is OTLP/JSON — or --format).
+    #[arg(long)]
+    pub to: Option<PathBuf>,
+    /// Format of --to: otlp-json, otlp-proto, zipkin, zipkin-proto, jaeger, chrome.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Write every event to this file, one JSON object per line.
+    #[arg(long)]
+    pub events_to: Option<PathBuf>,
+    /// Append spans and events to this data directory (weft's store; not while a server
+    /// writes to it).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Send the spans to a running weft (or any OTLP/HTTP receiver) at this base URL.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Stop at the first corrupt packet (default: skip it, count it, go on).
+    #[arg(long)]
+    pub strict: bool,
+    /// Decoding threads (0: one per CPU, at most one per stream file; 1: a time-ordered merge).
+    #[arg(long, default_value_t = 0)]
+    pub jobs: usize,
+    /// Only spans: do not keep the raw events.
+    #[arg(long)]
+    pub no_events: bool,
+    /// Source id stamped on the events.
+    #[arg(long, default_value_t = 0)]
+    pub source_id: u32,
+}
+
+/// Runs `weft import`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.kind {
+        Kind::Ctf(a) => ctf(a),
+    }
+}
+
+const BATCH: usize = 4096;
+const SPAN_BATCH: usize = 1000;
+
+/// Where spans go.
+enum SpanSink {
+    File(Box<dyn SpanWriter>),
+    Server { agent: ureq::Agent, url: String },
+}
+
+fn ctf(args: CtfArgs) -> anyhow::Result<()> {
+    if args.to.is_none() && args.events_to.is_none() && args.data_dir.is_none() && args.server.is_none() {
+        bail!(
+            "say where the trace goes: --to FILE (spans), --events-to FILE, --data-dir DIR or --server URL"
+        );
+    }
+    let started = Instant::now();
+    let traces =
+        open_traces(&args.trace_dir).with_context(|| format!("reading {}", args.trace_dir.display()))?;
+    let opts = DecodeOptions { strict: args.strict, ..DecodeOptions::default() };
+    let mut decoders = Vec::new();
+    for t in &traces {
+        decoders.extend(t.decoders(&opts)?);
+    }
+    let total_bytes: u64 = decoders.iter().map(StreamDecoder::len).sum();
+    let streams = decoders.len();
+
+    // Sinks.
+    let mut span_files: Vec<SpanSink> = Vec::new();
+    if let Some(path) = &args.to {
+        let format = match &args.format {
+            Some(f) => Format::parse(f).with_context(|| format!("unknown format {f:?}"))?,
+            None => Format::from_path(path)
+                .or_else(|| path.extension().is_some_and(|e| e == "json").then_some(Format::OtlpJson))
+                .with_context(|| {
+                    format!("cannot tell the format of {} from its name: give --format", path.display())
+                })?,
+        };
+        let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        span_files.push(SpanSink::File(writer(
+            format,
+            std::io::BufWriter::new(f),
+            WriterOptions::default(),
+        )?));
+    }
+    if let Some(url) = &args.server {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        span_files.push(SpanSink::Server { agent, url: format!("{}/v1/traces", url.trim_end_matches('/')) });
+    }
+    let store = match &args.data_dir {
+        Some(dir) => {
+            Some(Store::open(StoreConfig::new(dir)).with_context(|| format!("opening {}", dir.display()))?)
+        }
+        None => None,
+    };
+    let mut events_file = match &args.events_to {
+        Some(p) => Some(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let keep_events = !args.no_events && (store.is_some() || events_file.is_some());
+
+    let bar = crate::progress::bytes_bar(Some(total_bytes), "ctf");
+    let mut imp = Importer {
+        weaver: BlkkinWeaver::default(),
+        span_sinks: span_files,
+        store: store.as_ref(),
+        events_file: events_file.as_mut(),
+        keep_events,
+        pending_spans: Vec::new(),
+        spans_out: 0,
+        events: 0,
+        events_out: 0,
+        by_name: HashMap::new(),
+        first_ns: u64::MAX,
+        last_ns: 0,
+        line: Vec::new(),
+    };
+    let source = SourceId(args.source_id);
+    let jobs = match args.jobs {
+        0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(streams.max(1)),
+        n => n.min(streams.max(1)),
+    };
+    let stats = if jobs <= 1 {
+        let mut merged = Merged::new(decoders);
+        let mut batch = Vec::with_capacity(BATCH);
+        loop {
+            batch.clear();
+            while batch.len() < BATCH {
+                match merged.next_event()? {
+                    Some(ev) => batch.push(ev.to_event(source)),
+                    None => break,
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            imp.batch(&batch)?;
+            bar.set_position(merged.bytes_done());
+        }
+        merged.stats()
+    } else {
+        parallel(decoders, jobs, source, &mut imp, &bar)?
+    };
+    bar.finish_and_clear();
+    let (spans, bstats) = imp.finish()?;
+    if let Some(s) = &store {
+        s.close().context("flushing the data directory")?;
+    }
+    summary(&args, &traces, streams, jobs, &stats, &bstats, spans, &imp_counts(&imp), started.elapsed());
+    if stats.errors > 0 && args.strict {
+        bail!("decoding errors");
+    }
+    Ok(())
+}
+
+/// Decodes the streams on `jobs` threads (each owning some stream files) into event batches.
+fn parallel(
+    decoders: Vec<StreamDecoder>,
+    jobs: usize,
+    source: SourceId,
+    imp: &mut Importer<'_>,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<StreamStats> {
+    let mut shares: Vec<Vec<StreamDecoder>> = (0..jobs).map(|_| Vec::new()).collect();
+    // Largest files first, each to the least loaded thread.
+    let mut decoders = decoders;
+    decoders.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    let mut load = vec![0u64; jobs];
+    for d in decoders {
+        let i = (0..jobs).min_by_key(|i| load[*i]).unwrap_or(0);
+        load[i] += d.len();
+        shares[i].push(d);
+    }
+    let (tx, rx) = sync_channel::<(Vec<Event>, u64)>(jobs * 2);
+    std::thread::scope(|s| -> anyhow::Result<StreamStats> {
+        let mut handles = Vec::new();
+        for share in shares {
+            let tx = tx.clone();
+            handles.push(s.spawn(move || -> Result<StreamStats, weft_sources::ctf::CtfError> {
+                let mut stats = StreamStats::default();
+                for mut d in share {
+                    let mut done = 0u64;
+                    let mut batch = Vec::with_capacity(BATCH);
+                    loop {
+                        let more = d.next_event()?;
+                        if more {
+                            batch.push(d.event().to_event(source));
+                        }
+                        if batch.len() == BATCH || (!more && !batch.is_empty()) {
+                            let now = d.bytes_done();
+                            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                            if tx.send((full, now - done)).is_err() {
+                                return Ok(stats); // the importer stopped
+                            }
+                            done = now;
+                        }
+                        if !more {
+                            break;
+                        }
+                    }
+                    stats.merge(d.stats());
+                }
+                Ok(stats)
+            }));
+        }
+        drop(tx);
+        let mut failed = None;
+        for (batch, bytes) in rx.iter() {
+            if failed.is_none()
+                && let Err(e) = imp.batch(&batch)
+            {
+                failed = Some(e);
+                break;
+            }
+            bar.inc(bytes);
+        }
+        drop(rx);
+        let mut stats = StreamStats::default();
+        for h in handles {
+            match h.join() {
+                Ok(Ok(s)) => stats.merge(&s),
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => bail!("a decoding thread panicked"),
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
+    })
+}
+
+struct Importer<'a> {
+    weaver: BlkkinWeaver,
+    span_sinks: Vec<SpanSink>,
+    store: Option<&'a Store>,
+    events_file: Option<&'a mut std::io::BufWriter<std::fs::File>>,
+    keep_events: bool,
+    pending_spans: Vec<Span>,
+    spans_out: u64,
+    events: u64,
+    events_out: u64,
+    by_name: HashMap<std::sync::Arc<str>, u64>,
+    first_ns: u64,
+    last_ns: u64,
+    line: Vec<u8>,
+}
+
+struct Counts {
+    events: u64,
+    events_out: u64,
+    by_name: Vec<(String, u64)>,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+fn imp_counts(imp: &Importer<'_>) -> Counts {
+    let mut by_name: Vec<(String, u64)> = imp.by_name.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Counts {
+        events: imp.events,
+        events_out: imp.events_out,
+        by_name,
+        first_ns: imp.first_ns,
+        last_ns: imp.last_ns,
+    }
+}
+
+impl Importer<'_> {
+    fn batch(&mut self, events: &[Event]) -> anyhow::Result<()> {
+        for e in events {
+            self.events += 1;
+            self.first_ns = self.first_ns.min(e.time_ns);
+            self.last_ns = self.last_ns.max(e.time_ns);
+            if let EventKind::Tracepoint(t) = &e.kind {
+                match self.by_name.get_mut(&t.name) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.by_name.insert(t.name.clone(), 1);
+                    }
+                }
+            }
+            self.weaver.push(e);
+        }
+        if self.keep_events {
+            if let Some(store) = self.store {
+                append_retrying(|| store.append_events(events)).context("appending events")?;
+            }
+            if let Some(f) = self.events_file.as_deref_mut() {
+                for e in events {
+                    self.line.clear();
+                    serde_json::to_writer(&mut self.line, &event_json(e))?;
+                    self.line.push(b'\n');
+                    f.write_all(&self.line).context("writing events")?;
+                }
+            }
+            self.events_out += events.len() as u64;
+        }
+        self.weaver.drain(&mut self.pending_spans);
+        if self.pending_spans.len() >= SPAN_BATCH {
+            self.flush_spans()?;
+        }
+        Ok(())
+    }
+
+    fn flush_spans(&mut self) -> anyhow::Result<()> {
+        if self.pending_spans.is_empty() {
+            return Ok(());
+        }
+        let spans = std::mem::take(&mut self.pending_spans);
+        for chunk in spans.chunks(SPAN_BATCH) {
+            for sink in &mut self.span_sinks {
+                match sink {
+                    SpanSink::File(w) => w.write(chunk)?,
+                    SpanSink::Server { agent, url } => post(agent, url, chunk)?,
+                }
+            }
+            if let Some(store) = self.store {
+                append_retrying(|| store.append(chunk)).context("appending spans")?;
+            }
+            self.spans_out += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> anyhow::Result<(u64, BlkkinStats)> {
+        let weaver = std::mem::take(&mut self.weaver);
+        let (rest, stats) = weaver.finish();
+        self.pending_spans.extend(rest);
+        self.flush_spans()?;
+        for sink in std::mem::take(&mut self.span_sinks) {
+            if let SpanSink::File(w) = sink {
+                let losses = w.finish()?;
+                for (what, n) in losses.iter() {
+                    tracing::info!("span file: {n} {what}");
+                }
+            }
+        }
+        if let Some(f) = self.events_file.as_deref_mut() {
+            f.flush().context("writing events")?;
+        }
+        Ok((self.spans_out, stats))
+    }
+}
+
+/// The store refuses appends while its flush catches up: wait and retry.
+fn append_retrying(mut f: impl FnMut() -> weft_store::Result<()>) -> weft_store::Result<()> {
+    let mut wait = Duration::from_millis(5);
+    loop {
+        match f() {
+            Err(StoreError::Overloaded { .. }) => {
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn post(agent: &ureq::Agent, url: &str, spans: &[Span]) -> anyhow::Result<()> {
+    let body = weft_model::codec::otlp::encode_proto(spans);
+    let mut wait = Duration::from_millis(50);
+    for _ in 0..20 {
+        let mut r = agent
+            .post(url)
+            .header("Content-Type", "application/x-protobuf")
+            .send(&body[..])
+            .with_context(|| format!("sending spans to {url}"))?;
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        match status {
+            200..=299 => return Ok(()),
+            429 | 503 => {
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            _ => bail!("{url} refused the spans: HTTP {status}: {text}"),
+        }
+    }
+    bail!("{url} stayed overloaded (HTTP 429/503)")
+}
+
+/// One event as a JSON object: times, source, component, type and every field.
+fn event_json(e: &Event) -> serde_json::Value {
+    let fields: serde_json::Map<String, serde_json::Value> =
+        e.fields().iter().map(|kv| (kv.key.clone(), kv.value.to_json())).collect();
+    serde_json::json!({
+        "time_ns": e.time_ns,
+        "raw_time": e.raw_time,
+        "source": e.source.0,
+        "component": e.component().map(|c| c.as_str()),
+        "type": e.type_name(),
+        "fields": fields,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summary(
+    args: &CtfArgs,
+    traces: &[CtfTrace],
+    streams: usize,
+    jobs: usize,
+    st: &StreamStats,
+    b: &BlkkinStats,
+    spans: u64,
+    c: &Counts,
+    took: Duration,
+) {
+    let secs = took.as_secs_f64().max(1e-9);
+    println!(
+        "imported {} events from {} trace(s), {} stream file(s), {} packets in {:.2} s ({:.2} M events/s, {} decoding thread(s))",
+        c.events,
+        traces.len(),
+        streams,
+        st.packets,
+        secs,
+        c.events as f64 / secs / 1e6,
+        jobs
+    );
+    for t in traces {
+        let md = t.metadata();
+        let env = |k: &str| md.env(k).map(|v| v.to_string()).unwrap_or_default();
+        println!(
+            "  {}: {} {}, host {}, {} event classes",
+            t.dir.display(),
+            env("domain"),
+            env("tracer_name"),
+            env("hostname"),
+            t.compiled.events.len()
+        );
+    }
+    if c.first_ns <= c.last_ns {
+        println!(
+            "  time span: {:.6} s (first event at {} ns since the epoch)",
+            (c.last_ns - c.first_ns) as f64 / 1e9,
+            c.first_ns
+        );
+    }
+    for (name, n) in c.by_name.iter().take(10) {
+        println!("  {n:>10}  {name}");
+    }
+    if c.by_name.len() > 10 {
+        println!("  ... and {} more event names", c.by_name.len() - 10);
+    }
+    println!(
+        "  BlkKin: {} events → {} spans{}{}",
+        b.events,
+        spans,
+        if b.malformed > 0 { format!(", {} malformed events not used", b.malformed) } else { String::new() },
+        if b.evicted > 0 {
+            format!(", {} spans closed early (too many open)", b.evicted)
+        } else {
+            String::new()
+        }
+    );
+    for s in &b.samples {
+        println!("    {s}");
+    }
+    if st.discarded_events > 0 || st.lost_packets > 0 {
+        println!(
+            "  tracer losses: {} events discarded by the tracer, {} packets missing (use bigger or more sub-buffers)",
+            st.discarded_events, st.lost_packets
+        );
+    }
+    if st.errors > 0 {
+        println!("  decoding errors: {} ({} bytes skipped)", st.errors, st.skipped_bytes);
+        for s in &st.error_samples {
+            println!("    {s}");
+        }
+    }
+    let mut wrote = Vec::new();
+    if let Some(p) = &args.to {
+        wrote.push(format!("{spans} spans to {}", p.display()));
+    }
+    if let Some(u) = &args.server {
+        wrote.push(format!("{spans} spans to {u}"));
+    }
+    if let Some(d) = &args.data_dir {
+        wrote.push(format!("{spans} spans and {} events to {}", c.events_out, d.display()));
+    }
+    if let Some(p) = &args.events_to {
+        wrote.push(format!("{} events to {}", c.events_out, p.display()));
+    }
+    if args.server.is_some() && args.data_dir.is_none() && args.events_to.is_none() && !args.no_events {
+        wrote.push("raw events not kept (a server takes spans only: add --data-dir or --events-to)".into());
+    }
+    println!("  wrote {}", wrote.join("; "));
+}

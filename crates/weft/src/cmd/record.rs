@@ -1,0 +1,394 @@
+//! `weft record`: a bounded kernel capture through perf_event_open — scheduler switches,
+//! system calls, any tracefs tracepoint, uprobes on unmodified binaries — for a process, a
+//! thread set, a cgroup, a command it starts, or the whole machine; written out as kernel
+//! spans (any trace format), raw events (JSON Lines), EXIST scheduler records, and/or into a
+//! data directory; optionally woven into the application's own spans (`--weave`).
+
+use std::collections::BTreeMap;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use weft_analyze::kernel::{AttributionOptions, KernelSpanOptions, attribute, kernel_spans};
+use weft_model::codec::stream::{self, Format};
+use weft_model::{Event, Span};
+use weft_sources::perf::{Capture, CaptureConfig, StoppedChild, Target, UprobeTarget, exist, syscall_name};
+
+use crate::cmd::units;
+
+/// Arguments of `weft record`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Tracepoints to record, `SYSTEM:EVENT` (repeatable). Default when neither -e nor
+    /// --uprobe is given: sched:sched_switch, raw_syscalls:sys_enter, raw_syscalls:sys_exit.
+    #[arg(short = 'e', long = "event", value_name = "SYSTEM:EVENT")]
+    pub events: Vec<String>,
+    /// Uprobe (entry and return) on a function of an unmodified binary, `BINARY:FUNCTION`.
+    #[arg(long, value_name = "BINARY:FUNCTION")]
+    pub uprobe: Vec<String>,
+    /// Trace these processes (all their threads, and threads/children they create).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["tid", "cgroup", "exec"])]
+    pub pid: Vec<u32>,
+    /// Trace exactly these threads.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["cgroup", "exec"])]
+    pub tid: Vec<u32>,
+    /// Trace the tasks of this cgroup (v2 directory, e.g. /sys/fs/cgroup/system.slice/x.service).
+    #[arg(long, conflicts_with = "exec")]
+    pub cgroup: Option<PathBuf>,
+    /// Stop after this long (e.g. 10s, 500ms). Without it: until the target exits or Ctrl-C.
+    #[arg(long, value_parser = units::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Kernel spans (and woven application spans) to this file; format from --format or the name.
+    #[arg(long)]
+    pub to: Option<PathBuf>,
+    /// Format of --to (otlp-json, otlp-proto, zipkin, jaeger, chrome, ...).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Raw events to this file, one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    pub events_out: Option<PathBuf>,
+    /// Scheduler switches of the traced threads as EXIST compact records (24 bytes each).
+    #[arg(long, value_name = "FILE")]
+    pub sched_out: Option<PathBuf>,
+    /// Append events and spans to this weft data directory (the store `weft serve` reads).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Application spans (any readable format) carrying `thread.id`: attribute kernel activity
+    /// to them and add them, woven, to the output. Read after the capture ends.
+    #[arg(long, value_name = "FILE")]
+    pub weave: Option<PathBuf>,
+    /// Don't add kernel child spans (syscalls, off-CPU intervals) under woven spans; only
+    /// summary attributes.
+    #[arg(long)]
+    pub no_child_spans: bool,
+    /// Ring buffer per CPU (a power-of-two number of 4 KiB pages), e.g. 1MiB, 8MiB.
+    #[arg(long, default_value = "2MiB", value_parser = units::parse_size)]
+    pub ring_size: u64,
+    /// Keep at most this many events in memory; more are dropped and counted.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub max_events: usize,
+    /// Start this command (held before exec until the events are attached) and trace it;
+    /// stops when it exits. Must come last: everything after it is the command.
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "CMD")]
+    pub exec: Vec<String>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Runs `weft record`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.to.is_none() && args.events_out.is_none() && args.sched_out.is_none() && args.data_dir.is_none() {
+        bail!("nowhere to write: give --to FILE, --events-out FILE, --sched-out FILE and/or --data-dir DIR");
+    }
+    let out_format = match &args.to {
+        Some(p) => Some(match args.format.as_deref() {
+            Some(f) => Format::parse(f).with_context(|| format!("unknown --format {f:?}"))?,
+            None => Format::from_path(p).unwrap_or(Format::OtlpJson),
+        }),
+        None => None,
+    };
+    if let Some(f) = out_format
+        && !f.can_write()
+    {
+        bail!("weft cannot write {}", f.name());
+    }
+    let pages = (args.ring_size / 4096).max(1) as usize;
+    if !pages.is_power_of_two() {
+        bail!("--ring-size {} is not a power-of-two number of 4 KiB pages", units::fmt_bytes(args.ring_size));
+    }
+    let mut tracepoints = args.events.clone();
+    if tracepoints.is_empty() && args.uprobe.is_empty() {
+        tracepoints = CaptureConfig::default().tracepoints;
+    }
+    let uprobes = args.uprobe.iter().map(|u| UprobeTarget::resolve(u)).collect::<Result<Vec<_>, _>>()?;
+
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let mut child = if args.exec.is_empty() { None } else { Some(StoppedChild::spawn(&args.exec)?) };
+    let target = if let Some(c) = &child {
+        Target::Exec(c.pid)
+    } else if !args.pid.is_empty() {
+        for p in &args.pid {
+            if !alive(*p) {
+                bail!("--pid {p}: no such process");
+            }
+        }
+        Target::Pids(args.pid.clone())
+    } else if !args.tid.is_empty() {
+        Target::Tids(args.tid.clone())
+    } else if let Some(c) = &args.cgroup {
+        Target::Cgroup(c.clone())
+    } else {
+        Target::All
+    };
+    if target == Target::All && args.duration.is_none() {
+        tracing::warn!("recording every task until Ctrl-C (give --duration, --pid or --exec to bound it)");
+    }
+    let cfg = CaptureConfig {
+        tracepoints,
+        uprobes,
+        target: target.clone(),
+        ring_pages: pages,
+        ..CaptureConfig::default()
+    };
+    let mut cap = Capture::open(&cfg).context("opening the kernel capture")?;
+    cap.enable()?;
+    let started = Instant::now();
+    let start_ns = weft_model::time::now_unix_nanos();
+    if let Some(c) = child.as_mut() {
+        c.release()?;
+    }
+    eprintln!(
+        "weft record: recording {} ({} events on {} CPUs){}",
+        describe(&target, &args.exec),
+        cap.stats().opened,
+        cap.stats().cpus.len(),
+        args.duration.map(|d| format!(" for {d:?}")).unwrap_or_else(|| ", Ctrl-C to stop".into())
+    );
+
+    let bar = crate::progress::count_bar(0, "record");
+    bar.set_length(0);
+    let mut events: Vec<Event> = Vec::new();
+    let mut batch = Vec::new();
+    let mut dropped = 0u64;
+    let mut exit_code = None;
+    loop {
+        if STOP.load(Ordering::SeqCst) {
+            break;
+        }
+        if args.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if let Some(c) = child.as_mut()
+            && let Some(code) = c.try_wait()
+        {
+            exit_code = Some(code);
+            break;
+        }
+        if let Target::Pids(p) = &target
+            && !p.iter().any(|p| alive(*p))
+        {
+            break;
+        }
+        cap.poll(Duration::from_millis(100), &mut batch)?;
+        keep(&mut events, &mut batch, args.max_events, &mut dropped);
+        let st = cap.stats();
+        bar.set_position(events.len() as u64);
+        bar.set_message(format!("lost {}", st.lost()));
+    }
+    cap.finish(&mut batch);
+    keep(&mut events, &mut batch, args.max_events, &mut dropped);
+    bar.finish_and_clear();
+    let end_ns = weft_model::time::now_unix_nanos();
+    events.sort_by_key(|e| e.time_ns);
+    let stats = cap.stats();
+    let traced = cap.traced_threads().cloned();
+
+    // Outputs.
+    if let Some(p) = &args.events_out {
+        write_events(p, &events)?;
+    }
+    let mut sched_records = 0u64;
+    if let Some(p) = &args.sched_out {
+        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        let mut w =
+            exist::Writer::new(BufWriter::new(f)).with_context(|| format!("writing {}", p.display()))?;
+        let is_traced = |t: u32| traced.as_ref().is_none_or(|s| s.contains(&t));
+        for e in &events {
+            for r in exist::from_event(e, is_traced) {
+                w.write(&r).with_context(|| format!("writing {}", p.display()))?;
+            }
+        }
+        sched_records = w.records;
+        w.finish().with_context(|| format!("writing {}", p.display()))?;
+    }
+    let host = hostname();
+    let kopts = KernelSpanOptions {
+        host,
+        syscall_name,
+        traced: traced.clone(),
+        seed: start_ns ^ u64::from(std::process::id()).rotate_left(32),
+        window: Some((
+            events.first().map(|e| e.time_ns.min(start_ns)).unwrap_or(start_ns),
+            events.last().map(|e| e.time_ns.max(end_ns)).unwrap_or(end_ns),
+        )),
+    };
+    let ks = kernel_spans(&events, &kopts);
+    let mut spans: Vec<Span> = Vec::new();
+    let mut weave_summary = None;
+    if let Some(p) = &args.weave {
+        let mut app = read_spans(p)?;
+        let st = attribute(
+            &mut app,
+            &ks.spans,
+            &AttributionOptions { child_spans: !args.no_child_spans, ..AttributionOptions::default() },
+        );
+        weave_summary = Some(st);
+        spans.extend(app);
+    }
+    spans.extend(ks.spans.iter().cloned());
+    if let (Some(p), Some(f)) = (&args.to, out_format) {
+        let file = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        let mut w = stream::writer(f, BufWriter::new(file), stream::WriterOptions::default())?;
+        w.write(&spans)?;
+        let losses = w.finish()?;
+        if !losses.is_empty() {
+            eprintln!("note: {} cannot carry everything: {losses}", f.name());
+        }
+    }
+    if let Some(dir) = &args.data_dir {
+        let store = weft_store::Store::open(weft_store::StoreConfig::new(dir))
+            .with_context(|| format!("opening {}", dir.display()))?;
+        for chunk in events.chunks(50_000) {
+            store.append_events(chunk)?;
+        }
+        for chunk in spans.chunks(10_000) {
+            store.append(chunk)?;
+        }
+        store.close()?;
+    }
+
+    // Summary.
+    let secs = started.elapsed().as_secs_f64();
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    table.set_header(vec!["cpu", "records", "lost", "corrupt reads"]);
+    for c in &stats.cpus {
+        table.add_row(vec![
+            c.cpu.to_string(),
+            c.records.to_string(),
+            c.lost.to_string(),
+            c.corrupt.to_string(),
+        ]);
+    }
+    eprintln!("{table}");
+    let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in &events {
+        *by_type.entry(type_label(e)).or_insert(0) += 1;
+    }
+    let types: Vec<String> = by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    eprintln!(
+        "weft record: {:.1}s, {} events ({}), {} lost in the kernel, {} dropped over --max-events, {} scheduler switches of untraced threads filtered, {} malformed records",
+        secs,
+        events.len(),
+        if types.is_empty() { "none".into() } else { types.join(", ") },
+        stats.lost(),
+        dropped,
+        stats.sched_filtered,
+        stats.decode.malformed,
+    );
+    for e in &stats.decode.first_errors {
+        eprintln!("  malformed: {e}");
+    }
+    eprintln!(
+        "weft record: kernel spans: {} threads, {} syscalls, {} on-CPU intervals, {} uprobe calls ({} incomplete, {} mismatched syscall exits, {} unmatched returns)",
+        ks.stats.threads,
+        ks.stats.syscalls,
+        ks.stats.on_cpu,
+        ks.stats.uprobe_calls,
+        ks.stats.incomplete,
+        ks.stats.mismatched,
+        ks.stats.unmatched_returns
+    );
+    if let Some(w) = weave_summary {
+        eprintln!(
+            "weft record: woven: {} application spans attributed, {} without thread.id, {} on threads without kernel data, {} kernel child spans added ({} over the per-span limit)",
+            w.attributed, w.without_thread, w.unknown_thread, w.children, w.children_dropped
+        );
+    }
+    if args.sched_out.is_some() {
+        eprintln!("weft record: {sched_records} EXIST scheduler records");
+    }
+    if let Some(code) = exit_code
+        && code != 0
+    {
+        eprintln!("weft record: the command exited with status {code}");
+    }
+    if stats.lost() > 0 {
+        eprintln!("weft record: WARNING: the kernel lost {} records: raise --ring-size", stats.lost());
+    }
+    Ok(())
+}
+
+fn keep(events: &mut Vec<Event>, batch: &mut Vec<Event>, max: usize, dropped: &mut u64) {
+    let room = max.saturating_sub(events.len());
+    if batch.len() > room {
+        *dropped += (batch.len() - room) as u64;
+        batch.truncate(room);
+    }
+    events.append(batch);
+}
+
+fn describe(t: &Target, exec: &[String]) -> String {
+    match t {
+        Target::All => "every task".into(),
+        Target::Pids(p) => format!("pid {}", p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        Target::Tids(p) => format!("tid {}", p.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        Target::Cgroup(c) => format!("cgroup {}", c.display()),
+        Target::Exec(pid) => format!("`{}` (pid {pid})", exec.join(" ")),
+    }
+}
+
+fn type_label(e: &Event) -> &'static str {
+    match &e.kind {
+        weft_model::EventKind::Tracepoint(_) => "tracepoint",
+        _ => e.type_name(),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+fn write_events(path: &Path, events: &[Event]) -> anyhow::Result<()> {
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = BufWriter::new(f);
+    for e in events {
+        let fields: serde_json::Map<String, serde_json::Value> =
+            e.fields().iter().map(|kv| (kv.key.clone(), kv.value.to_json())).collect();
+        let line = serde_json::json!({
+            "time_ns": e.time_ns,
+            "raw_time": e.raw_time,
+            "source": e.source.0,
+            "component": e.component().map(|c| c.as_str()),
+            "type": match &e.kind { weft_model::EventKind::Tracepoint(t) => t.name.to_string(), _ => e.type_name().to_owned() },
+            "fields": fields,
+        });
+        serde_json::to_writer(&mut w, &line)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush().with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn read_spans(path: &Path) -> anyhow::Result<Vec<Span>> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut head = vec![0u8; 64 << 10];
+    let n = f.read(&mut head)?;
+    head.truncate(n);
+    let format = Format::from_path(path)
+        .filter(|f| f.can_read())
+        .or_else(|| Format::detect(&head))
+        .with_context(|| format!("{}: cannot tell its trace format", path.display()))?;
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut r = stream::reader(format, BufReader::new(f), false)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let mut spans = Vec::new();
+    while r.next_batch(&mut spans, 10_000).with_context(|| format!("reading {}", path.display()))? {}
+    Ok(spans)
+}

@@ -1,0 +1,236 @@
+//! The web UI in a real browser: starts the real `weft serve`, loads OpenTelemetry-SDK-like shop
+//! traces, woven simulator requests (host → NIC → network → NIC → host, `caused_by` links across
+//! four traces) and one 100,000-span trace over OTLP/HTTP, then runs `ui_browser.mjs` in node
+//! with playwright-core driving Debian's headless Chromium. Screenshots go to
+//! `<target>/ui-screenshots/`; the large-trace timings are printed (not asserted).
+//!
+//! Peers (installed by `.ci/test`): `chromium` (.ci/apt-packages), `playwright-core`
+//! (.ci/package.json), node.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weft_model::{Span, TraceId};
+
+const BIG_SPANS: usize = 100_000;
+
+struct Server {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server() -> Server {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let http = weft_testkit::free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["serve", "--data-dir"])
+        .arg(dir.path())
+        .args(["--http", &format!("127.0.0.1:{http}")])
+        .args(["--otlp-http", "off", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn weft serve");
+    let server = Server { child, url: format!("http://127.0.0.1:{http}"), _dir: dir };
+    let agent = agent();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(r) = agent.get(&format!("{}/api/status", server.url)).call()
+            && r.status() == 200
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "weft serve did not answer on {} within 60 s", server.url);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+/// POSTs spans as OTLP protobuf, in requests of at most `chunk` spans.
+fn post(otlp_url: &str, spans: &[Span], chunk: usize) {
+    let agent = agent();
+    for part in spans.chunks(chunk) {
+        let body = weft_model::codec::otlp::encode_proto(part);
+        let mut r = agent
+            .post(otlp_url)
+            .header("content-type", "application/x-protobuf")
+            .send(&body[..])
+            .expect("POST /v1/traces");
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string().unwrap_or_default();
+        assert_eq!(status, 200, "OTLP export refused: {text}");
+    }
+}
+
+fn trace_of(spans: &[Span], pred: impl Fn(&Span) -> bool) -> TraceId {
+    spans.iter().find(|s| pred(s)).map(|s| s.trace_id).expect("generated span")
+}
+
+/// The UI's trace endpoint next to the Zipkin v2 trace endpoint for the same 100K-span trace,
+/// in the same run (second reads: both warm).
+fn peer_figures(url: &str, id: &TraceId) -> Vec<String> {
+    let agent = agent();
+    let mut out = Vec::new();
+    for (what, path) in [
+        ("ui_trace_api", format!("/api/ui/trace/{id}")),
+        ("zipkin_v2_trace_api", format!("/api/v2/trace/{id}")),
+    ] {
+        let mut best = f64::MAX;
+        let mut bytes = 0;
+        for _ in 0..2 {
+            let t = Instant::now();
+            if let Ok(mut r) = agent.get(&format!("{url}{path}")).call() {
+                bytes = r.body_mut().with_config().limit(1 << 30).read_to_vec().map(|b| b.len()).unwrap_or(0);
+            }
+            best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        }
+        out.push(format!("metric big_trace_{what}_ms {best:.1}"));
+        out.push(format!("metric big_trace_{what}_mb {:.1}", bytes as f64 / 1e6));
+    }
+    out
+}
+
+fn screenshots_dir() -> PathBuf {
+    // target/debug/weft → target/ui-screenshots
+    let exe = Path::new(env!("CARGO_BIN_EXE_weft"));
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|t| t.join("ui-screenshots"))
+        .unwrap_or_else(|| "ui-screenshots".into())
+}
+
+#[test]
+fn web_ui_in_headless_chromium() {
+    let chromium =
+        PathBuf::from(std::env::var("WEFT_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()));
+    assert!(
+        chromium.exists(),
+        "{} is missing: run .ci/test once (it installs Debian's chromium from .ci/apt-packages)",
+        chromium.display()
+    );
+    let node_modules = weft_testkit::node_modules();
+    assert!(
+        node_modules.join("playwright-core").is_dir(),
+        "playwright-core is missing from {}: run .ci/test once (it installs .ci/package.json)",
+        node_modules.display()
+    );
+
+    let server = start_server();
+    // Every HTTP listener serves the same router, so the query listener accepts /v1/traces too.
+    let otlp_url = format!("{}/v1/traces", server.url);
+    let now = weft_model::time::now_unix_nanos();
+
+    // OpenTelemetry-SDK-like shop traffic: 300 requests over the last 20 minutes.
+    let mut synth = weft_store::synth::Synth::new(7, now - 20 * 60 * 1_000_000_000, 4_000_000_000);
+    let mut shop: Vec<Vec<Span>> = (0..300).map(|_| synth.trace()).collect();
+    shop.retain(|t| !t.is_empty());
+    let shop_spans: Vec<Span> = shop.iter().flatten().cloned().collect();
+    post(&otlp_url, &shop_spans, 5_000);
+
+    // Two checkout requests to compare: the shortest and the longest of one route.
+    let root_of = |t: &Vec<Span>| t.iter().find(|s| s.parent_span_id.is_none()).cloned();
+    let mut checkout: Vec<(u64, TraceId)> = shop
+        .iter()
+        .filter_map(root_of)
+        .filter(|r| r.name == "POST /api/checkout")
+        .map(|r| (r.duration_ns(), r.trace_id))
+        .collect();
+    checkout.sort();
+    assert!(checkout.len() >= 2, "the shop generator made checkout requests");
+    let compare = [checkout[0].1.to_string(), checkout[checkout.len() - 1].1.to_string()];
+
+    // Woven simulator requests.
+    let mut woven = Vec::new();
+    for i in 0..12u64 {
+        woven.extend(weft_server::demo::woven::woven_request(
+            100 + i,
+            now - 10 * 60 * 1_000_000_000 + i * 20_000_000_000,
+        ));
+    }
+    post(&otlp_url, &woven, 5_000);
+    let first = &woven[..woven
+        .iter()
+        .position(|s| s.name == "rpc_call echo" && s.trace_id != woven[0].trace_id)
+        .unwrap_or(woven.len())];
+    let client = trace_of(first, |s| s.name == "rpc_call echo");
+    let request_net = trace_of(first, |s| s.name == "packet host0 → host1");
+    let server_tr = trace_of(first, |s| s.name == "rx" && s.service_name() == "nic1");
+    let response_net = trace_of(first, |s| s.name == "packet host1 → host0");
+
+    // One 100,000-span trace.
+    let big = weft_server::demo::woven::big_trace(3, BIG_SPANS, now - 5 * 60 * 1_000_000_000);
+    let big_id = big[0].trace_id;
+    post(&otlp_url, &big, 10_000);
+
+    let shots = screenshots_dir();
+    let profile = tempfile::tempdir().expect("profile dir");
+    let cfg = serde_json::json!({
+        "url": server.url,
+        "shots": shots,
+        "profile": profile.path(),
+        "chromium": chromium,
+        "big": big_id.to_string(),
+        "bigSpans": BIG_SPANS,
+        "compare": compare,
+        "woven": {
+            "client": client.to_string(),
+            "requestNet": request_net.to_string(),
+            "server": server_tr.to_string(),
+            "responseNet": response_net.to_string(),
+        },
+    });
+    if let Some(secs) = std::env::var("WEFT_UI_HOLD").ok().and_then(|v| v.parse::<u64>().ok()) {
+        // Development: keep the loaded server up to look at by hand.
+        eprintln!("holding {} for {secs} s: {cfg}", server.url);
+        std::thread::sleep(Duration::from_secs(secs));
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/ui_browser.mjs");
+    let mut child = Command::new("node")
+        .arg(&script)
+        .env("WEFT_UI_TEST", cfg.to_string())
+        .env("WEFT_NODE_MODULES", &node_modules)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("node is needed for the UI tests (installed with .ci/test's peers)");
+    let mut lines = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("ui: {line}");
+            lines.push(line);
+        }
+    }
+    let status = child.wait().expect("node");
+    // Measurements go to stderr directly (past the test harness's capture, so a passing run
+    // shows them too) and to a file beside the screenshots.
+    let mut report: Vec<String> = lines.iter().filter(|l| l.starts_with("metric ")).cloned().collect();
+    report.extend(peer_figures(&server.url, &big_id));
+    report.push(format!("screenshots {}", shots.display()));
+    let text: String = report.iter().map(|l| format!("ui: {l}\n")).collect();
+    {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(text.as_bytes());
+    }
+    let _ = std::fs::write(shots.join("metrics.txt"), &text);
+    assert!(
+        status.success() && lines.iter().any(|l| l == "UI BROWSER TESTS PASSED"),
+        "browser tests failed (see the output above and {}/zz-failure.png)",
+        shots.display()
+    );
+    let passed = lines.iter().filter(|l| l.starts_with("ok ")).count();
+    assert!(passed >= 15, "only {passed} browser steps reported ok");
+}

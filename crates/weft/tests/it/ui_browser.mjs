@@ -1,0 +1,370 @@
+// Drives weft's web UI in headless Chromium (Debian's chromium, through playwright-core) against
+// a running `weft serve`. Started by tests/it/ui.rs, which loads the data and passes, in the
+// environment: WEFT_UI_TEST (JSON: url, shots, trace ids), WEFT_NODE_MODULES.
+// Prints `ok <step>` per passed step and `metric <name> <value>` lines; exits 1 on the first
+// failure (after a screenshot of the page as it was).
+import { createRequire } from 'node:module';
+import { mkdirSync } from 'node:fs';
+
+const cfg = JSON.parse(process.env.WEFT_UI_TEST || '{}');
+const require = createRequire(`${process.env.WEFT_NODE_MODULES}/`);
+const { chromium } = require('playwright-core');
+
+mkdirSync(cfg.shots, { recursive: true });
+// A fresh profile directory (playwright passes it as --user-data-dir).
+const browser = await chromium.launchPersistentContext(cfg.profile, {
+  executablePath: cfg.chromium || '/usr/bin/chromium',
+  headless: true,
+  args: [
+    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+    '--disable-dev-shm-usage',
+  ],
+  viewport: { width: 1440, height: 900 },
+  colorScheme: 'light',
+});
+const page = browser.pages()[0] || (await browser.newPage());
+const consoleErrors = [];
+page.on('console', (m) => m.type() === 'error' && consoleErrors.push(m.text()));
+page.on('pageerror', (e) => consoleErrors.push(`pageerror: ${e.message}`));
+page.setDefaultTimeout(30000);
+
+let step = '';
+const shot = (name) => page.screenshot({ path: `${cfg.shots}/${name}.png` });
+const ok = (what) => console.log(`ok ${what}`);
+const metric = (name, value) => console.log(`metric ${name} ${typeof value === 'number' ? value.toFixed(1) : value}`);
+function check(cond, msg) {
+  if (!cond) throw new Error(`${step}: ${msg}`);
+}
+async function go(hash) {
+  await page.goto(`${cfg.url}/${hash}`);
+}
+async function traceReady(id) {
+  await page.waitForFunction((id) => {
+    const v = window.__weftTraceView && window.__weftTraceView();
+    return v && v.id === id && document.querySelector('.waterfall[data-ready]');
+  }, id);
+}
+// Clicks a waterfall row by the text of its service/component and span name.
+async function clickRow(svc, name) {
+  const row = page.locator('.row', { has: page.locator('.svc', { hasText: new RegExp(`^${svc}$`) }) }).filter({ has: page.locator('.nm', { hasText: new RegExp(`^${name}$`) }) }).first();
+  await row.locator('.nm').click();
+  await page.waitForSelector('aside.detail:not([hidden]) dl.d-facts');
+}
+async function selectedName() {
+  return page.evaluate(() => {
+    const r = document.querySelector('.row.sel');
+    return r ? `${r.querySelector('.svc').textContent}: ${r.querySelector('.nm').textContent}` : null;
+  });
+}
+// In the open span detail, follows the incoming caused_by link (from the component the request
+// went to next).
+async function follow(toTrace, expectSel) {
+  await page.locator('aside.detail li.link', { hasText: '← caused_by' }).first().locator('button.follow').click();
+  await traceReady(toTrace);
+  await page.waitForSelector('.row.sel');
+  await page.waitForSelector('aside.detail:not([hidden]) dl.d-facts');
+  const sel = await selectedName();
+  check(sel === expectSel, `after following: selected ${sel}, expected ${expectSel}`);
+}
+
+try {
+  // 1. Search: the recent traces, sorted longest first; filter by service.
+  step = 'search';
+  await go('#/search?lookback=all&limit=100');
+  await page.waitForSelector('.trace-item');
+  const n = await page.locator('.trace-item').count();
+  check(n >= 50, `expected ≥ 50 results, got ${n}`);
+  const durs = await page.$$eval('.t-dur', (e) => e.map((x) => x.textContent));
+  check(durs.length === n, 'every result shows a duration');
+  const sorted = await page.evaluate(async () => {
+    const r = await (await fetch('/api/ui/search?lookback=all&limit=100')).json();
+    const d = r.traces.map((t) => t.durationNs).sort((a, b) => b - a);
+    return d;
+  });
+  check(sorted[0] >= sorted[sorted.length - 1], 'durations');
+  const firstId = await page.locator('.trace-item').first().getAttribute('data-trace');
+  const firstIsLongest = await page.evaluate(async (id) => {
+    const r = await (await fetch('/api/ui/search?lookback=all&limit=100')).json();
+    const max = Math.max(...r.traces.map((t) => t.durationNs));
+    return r.traces.find((t) => t.traceId === id).durationNs === max;
+  }, firstId);
+  check(firstIsLongest, 'default sort puts the longest trace first');
+  await shot('01-search');
+  ok('search lists traces, longest first');
+  await page.selectOption('#sort', 'newest');
+  check((await page.locator('.trace-item').count()) === n, 'sorting keeps the results');
+  // Breakdown across the search result (the big trace is left out: a shop-only search).
+  await go('#/search?service=frontend&lookback=all&limit=60&bd=service');
+  await page.waitForSelector('.bd-row');
+  const bdRows = await page.locator('.bd-row').count();
+  const items = await page.locator('.trace-item').count();
+  check(bdRows === items && items > 10, `one breakdown bar per result (${bdRows} of ${items})`);
+  await shot('01b-search-breakdown');
+  await page.click('.breakdown [data-by="component"]');
+  await page.waitForSelector('.breakdown [data-by="component"].on');
+  ok('breakdown across the search result');
+  await go('#/search?service=checkout&lookback=all&limit=20');
+  await page.waitForSelector('.trace-item');
+  const chips = await page.$$eval('.trace-item', (items) => items.map((i) => i.textContent.includes('checkout')));
+  check(chips.length > 0 && chips.every(Boolean), 'every result for service=checkout involves checkout');
+  await go('#/search?attrs=http.route%3D%2Fapi%2Fcheckout&lookback=all&limit=20');
+  await page.waitForSelector('.trace-item, .empty');
+  const roots = await page.$$eval('.t-root', (e) => e.map((x) => x.textContent));
+  check(roots.length > 0 && roots.every((r) => r.includes('/api/checkout')), `attribute search: ${roots.slice(0, 3)}`);
+  ok('search by service and by attribute');
+
+  // 2. Open a trace from the results; expand / collapse.
+  step = 'open trace';
+  await go('#/search?service=frontend&name=' + encodeURIComponent('POST /api/checkout') + '&lookback=all&limit=50');
+  await page.waitForSelector('.trace-item');
+  const tid = await page.locator('.trace-item').first().getAttribute('data-trace');
+  await page.locator('.trace-item a.trace-link').first().click();
+  await traceReady(tid);
+  const total = await page.evaluate(() => window.__weftTraceView().rows);
+  check(total >= 5, `trace has ${total} rows`);
+  await shot('02-trace');
+  ok(`open trace (${total} rows)`);
+  step = 'expand/collapse';
+  await page.locator('.row[data-row="0"] .tog').click();
+  check((await page.evaluate(() => window.__weftTraceView().rows)) === 1, 'collapsing the root leaves one row');
+  await shot('03-trace-collapsed');
+  await page.locator('.row[data-row="0"] .tog').click();
+  check((await page.evaluate(() => window.__weftTraceView().rows)) === total, 'expanding restores every row');
+  ok('collapse and expand');
+
+  // 3. Critical path.
+  step = 'critical path';
+  const crit = await page.locator('.row.crit').count();
+  const segs = await page.locator('.bar .cseg').count();
+  check(crit >= 2 && segs >= 2, `critical rows ${crit}, sections ${segs}`);
+  const cpApi = await page.evaluate(async (id) => (await (await fetch(`/api/ui/trace/${id}`)).json()).critical.length, tid);
+  check(cpApi === segs, `every critical section drawn (${segs} of ${cpApi})`);
+  await page.click('#cp-toggle');
+  check((await page.locator('.bar .cseg').count()) === 0, 'toggle hides the critical path');
+  await page.click('#cp-toggle');
+  await page.click('#only-cp');
+  const onlyRows = await page.evaluate(() => window.__weftTraceView().rows);
+  check(onlyRows >= 1 && onlyRows <= total, 'only-critical filter');
+  await page.click('#only-cp');
+  ok(`critical path: ${crit} rows, ${segs} sections`);
+
+  // 4. Span detail: attributes and annotations.
+  step = 'span detail';
+  await page.locator('.row[data-row="1"] .nm').click();
+  await page.waitForSelector('aside.detail:not([hidden]) table.kv');
+  const attrs = await page.locator('aside.detail table.kv tr').count();
+  check(attrs >= 3, `detail shows attributes (${attrs})`);
+  check(page.url().includes('span='), 'the selected span is in the URL');
+  await shot('04-span-detail');
+  // The URL alone reproduces the view.
+  const shared = page.url();
+  await page.goto('about:blank');
+  await page.goto(shared);
+  await traceReady(tid);
+  await page.waitForSelector('aside.detail:not([hidden]) table.kv');
+  check((await page.locator('.row.sel').count()) === 1, 'shared URL restores the selection');
+  ok('span detail and sharable URL');
+
+  // 5. Zoom.
+  step = 'zoom';
+  await page.click('#zoom-in');
+  check(page.url().includes('z='), 'zoom is in the URL');
+  await page.click('#zoom-reset');
+  ok('zoom');
+
+  // 6. Follow a request host → NIC → network → NIC → host across four traces.
+  step = 'follow caused_by links';
+  const w = cfg.woven;
+  await go(`#/trace/${w.client}`);
+  await traceReady(w.client);
+  const arrows = await page.locator('svg.wf-links path.lk').count();
+  check(arrows >= 3, `same-trace caused_by arrows drawn (${arrows})`);
+  await clickRow('host0', 'mmio_write TDT');
+  await shot('05-woven-client-host');
+  await clickRow('nic0', 'tx');
+  check((await page.locator('aside.detail li.link', { hasText: 'mmio_write TDT' }).count()) >= 1, 'NIC tx names the MMIO write that caused it');
+  await clickRow('nic0', 'eth_tx');
+  await follow(w.requestNet, 'ns3: packet host0 → host1');
+  await shot('06-woven-network');
+  await clickRow('ns3/link sw1-h', 'propagate');
+  await follow(w.server, 'nic1: rx');
+  await shot('07-woven-server-nic');
+  await clickRow('nic1', 'msix_interrupt');
+  await page.locator('aside.detail li.link', { hasText: 'irq' }).locator('button.follow').click();
+  await page.waitForFunction(() => document.querySelector('.row.sel .nm')?.textContent.startsWith('irq'));
+  check((await selectedName()) === 'host1: irq i40e_msix_clean_rings', 'NIC interrupt → host interrupt handler');
+  await clickRow('nic1', 'eth_tx');
+  await follow(w.responseNet, 'ns3: packet host1 → host0');
+  await clickRow('ns3/link sw1-h', 'propagate');
+  await follow(w.client, 'nic0: rx');
+  await shot('08-woven-back-at-client');
+  // Breakdown of this request's critical path by component.
+  await page.click('#bd-toggle');
+  await page.waitForSelector('.breakdown .stack span');
+  const bdKeys = await page.$eval('.breakdown', (e) => e.dataset.keys.split(','));
+  check(bdKeys.includes('host0') && bdKeys.includes('nic0'), `breakdown parts ${bdKeys}`);
+  await shot('08b-woven-breakdown');
+  await page.click('#bd-toggle');
+  ok('followed caused_by links host0 → nic0 → ns3 → nic1 → host1 → nic1 → ns3 → nic0');
+  // Badges on rows follow too.
+  await clickRow('nic0', 'rx');
+  await page.locator('.row.sel .b-link').first().click();
+  await traceReady(w.responseNet);
+  ok('row link badge follows across traces');
+
+  // 7. SQL console.
+  step = 'sql';
+  await go('#/sql');
+  await page.fill('#sql-input', 'SELECT service_name, count(*) AS spans FROM spans GROUP BY 1 ORDER BY 2 DESC');
+  await page.click('#sql-run');
+  await page.waitForSelector('#sql-table tbody tr');
+  const sqlRows = await page.locator('#sql-table tbody tr').count();
+  const sqlText = await page.locator('#sql-table').textContent();
+  check(sqlRows >= 10 && sqlText.includes('frontend') && sqlText.includes('nic0'), `SQL rows ${sqlRows}`);
+  await shot('09-sql');
+  await page.fill('#sql-input', 'SELECT nope FROM spans');
+  await page.click('#sql-run');
+  await page.waitForSelector('.sql-out .error');
+  // The deliberate error above logs its 400 in the console; only unexpected errors count.
+  consoleErrors.splice(0, consoleErrors.length, ...consoleErrors.filter((e) => !e.includes('status of 400')));
+  ok(`sql (${sqlRows} rows; errors shown)`);
+
+  // 8. Dependency graph.
+  step = 'dependencies';
+  await go('#/deps?by=service&lookback=all');
+  await page.waitForSelector('.dep-node');
+  const nodes = await page.locator('.dep-node').count();
+  check(nodes >= 10, `service graph nodes ${nodes}`);
+  await shot('10-deps-service');
+  await go('#/deps?by=component&lookback=all');
+  await page.waitForSelector('.dep-node');
+  const caused = await page.locator('.dep-edge.caused').count();
+  const compText = await page.locator('.deps-svg').textContent();
+  check(caused >= 4 && compText.includes('ns3/sw0'), `component graph: ${caused} caused_by edges`);
+  await shot('11-deps-component');
+  ok(`dependency graphs (${nodes} services, ${caused} caused_by edges by component)`);
+
+  // 9. Compare two traces.
+  step = 'compare';
+  await go(`#/compare?a=${cfg.compare[0]}&b=${cfg.compare[1]}`);
+  await page.waitForSelector('table.cmp-table tbody tr');
+  const cmpRows = await page.locator('table.cmp-table tbody tr').count();
+  const changed = await page.locator('table.cmp-table tbody .chg:not(.same)').count();
+  check(cmpRows >= 5 && changed >= 1, `compare rows ${cmpRows}, changed ${changed}`);
+  await shot('12-compare');
+  await page.click('.filters [data-f="changed"]');
+  const cmpChanged = await page.locator('table.cmp-table tbody tr').count();
+  check(cmpChanged === changed, 'the changed filter shows only changed rows');
+  ok(`compare (${cmpRows} paths, ${changed} changed)`);
+
+  // 10. Dark theme.
+  step = 'theme';
+  await go(`#/trace/${w.client}`);
+  await traceReady(w.client);
+  await page.click('#theme');
+  check((await page.evaluate(() => document.documentElement.dataset.theme)) === 'dark', 'dark theme');
+  await clickRow('nic0', 'tx');
+  await shot('13-trace-dark');
+  await go(`#/compare?a=${cfg.compare[0]}&b=${cfg.compare[1]}`);
+  await page.waitForSelector('table.cmp-table tbody tr');
+  await shot('14-compare-dark');
+  await go('#/search?lookback=all&limit=30');
+  await page.waitForSelector('.trace-item');
+  await shot('15-search-dark');
+  await page.click('#theme');
+  ok('light and dark themes');
+
+  // 11. A 100,000-span trace: time to first render, scrolling frame times.
+  step = 'large trace';
+  await go('#/search');
+  const t0 = Date.now();
+  await page.evaluate((id) => (location.hash = `#/trace/${id}`), cfg.big);
+  await traceReady(cfg.big);
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  const firstRender = Date.now() - t0;
+  const tm = await page.evaluate(() => window.__weftTrace);
+  check(tm.spans === cfg.bigSpans, `big trace has ${tm.spans} spans`);
+  metric('big_trace_spans', tm.spans);
+  metric('big_trace_first_render_ms', firstRender);
+  for (const k of ['fetchMs', 'parseMs', 'prepareMs', 'renderMs']) metric(`big_trace_${k}`, tm.timings[k]);
+  metric('big_trace_json_mb', tm.timings.bytes / 1e6);
+  const domRows = await page.locator('.row').count();
+  check(domRows < 200, `virtualized: ${domRows} row elements for ${tm.spans} spans`);
+  await shot('16-big-trace');
+  // Scroll: one screen per frame for 240 frames, then random jumps; record frame intervals.
+  const frames = await page.evaluate(async () => {
+    window.__weftProfile = [];
+    const sc = document.querySelector('.wf-scroll');
+    const out = { intervals: [], work: [] };
+    let last = performance.now();
+    for (let f = 0; f < 240; f++) {
+      const t = performance.now();
+      sc.scrollTop += sc.clientHeight;
+      sc.dispatchEvent(new Event('scroll'));
+      out.work.push(performance.now() - t);
+      await new Promise((r) => requestAnimationFrame(r));
+      const now = performance.now();
+      out.intervals.push(now - last);
+      last = now;
+    }
+    for (let f = 0; f < 60; f++) {
+      sc.scrollTop = Math.random() * (sc.scrollHeight - sc.clientHeight);
+      await new Promise((r) => requestAnimationFrame(r));
+      const now = performance.now();
+      out.intervals.push(now - last);
+      last = now;
+    }
+    out.render = window.__weftProfile;
+    window.__weftProfile = null;
+    return out;
+  });
+  const q = (a, p) => {
+    const s = [...a].sort((x, y) => x - y);
+    return s[Math.min(s.length - 1, Math.floor(p * s.length))];
+  };
+  metric('big_trace_scroll_frames', frames.intervals.length);
+  metric('big_trace_scroll_frame_p50_ms', q(frames.intervals, 0.5));
+  metric('big_trace_scroll_frame_p95_ms', q(frames.intervals, 0.95));
+  metric('big_trace_scroll_frame_max_ms', Math.max(...frames.intervals));
+  metric('big_trace_scroll_render_js_p50_ms', q(frames.render, 0.5));
+  metric('big_trace_scroll_render_js_p95_ms', q(frames.render, 0.95));
+  // The bottom renders the last span.
+  await page.evaluate(() => {
+    const sc = document.querySelector('.wf-scroll');
+    sc.scrollTop = sc.scrollHeight;
+  });
+  await page.waitForFunction((n) => [...document.querySelectorAll('.row')].some((r) => r.style.display !== 'none' && +r.dataset.row === n - 1), cfg.bigSpans);
+  await shot('17-big-trace-bottom');
+  // Collapse and expand the root of 100,000 spans.
+  await page.evaluate(() => (document.querySelector('.wf-scroll').scrollTop = 0));
+  await page.waitForSelector('.row[data-row="0"]');
+  const tc = Date.now();
+  await page.locator('.row[data-row="0"] .tog').click();
+  check((await page.evaluate(() => window.__weftTraceView().rows)) === 1, 'collapse the big root');
+  await page.locator('.row[data-row="0"] .tog').click();
+  check((await page.evaluate(() => window.__weftTraceView().rows)) === cfg.bigSpans, 'expand the big root');
+  metric('big_trace_collapse_expand_ms', Date.now() - tc);
+  // Critical path on the big trace.
+  check((await page.locator('.row.crit').count()) >= 1, 'critical path shown on the big trace');
+  await page.fill('#find', 'compact block');
+  await page.press('#find', 'Enter');
+  await page.waitForSelector('aside.detail:not([hidden]) dl.d-facts');
+  await shot('18-big-trace-find');
+  ok('100,000-span trace opens, scrolls, collapses');
+
+  check(consoleErrors.length === 0, `browser console errors: ${consoleErrors.join(' | ')}`);
+  ok('no console errors');
+  await browser.close();
+  console.log('UI BROWSER TESTS PASSED');
+} catch (e) {
+  console.log(`FAILED at ${step}: ${e && e.stack ? e.stack : e}`);
+  if (consoleErrors.length) console.log(`console errors: ${consoleErrors.join(' | ')}`);
+  try {
+    await shot('zz-failure');
+  } catch (_) {
+    /* page gone */
+  }
+  await browser.close();
+  process.exit(1);
+}
