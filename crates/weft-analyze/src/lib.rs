@@ -7,6 +7,7 @@
 //! the server and tests can run it on files, woven output or query results alike — and the
 //! crate stays free of DataFusion.
 
+pub mod breakdown;
 pub mod compare;
 pub mod critical_path;
 pub mod dependencies;

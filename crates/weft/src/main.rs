@@ -42,6 +42,8 @@ enum Command {
     Import(cmd::import::Args),
     /// Weave simulator logs (gem5, nicbm, ns-3, QEMU) into end-to-end traces, from files or pipes.
     Weave(cmd::weave::Args),
+    /// Where the time went: per component (host, NIC, switch, wire) and request direction.
+    Breakdown(cmd::breakdown::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::Record(a) => cmd::record::run(a),
         Command::Import(a) => cmd::import::run(a),
         Command::Weave(a) => cmd::weave::run(a),
+        Command::Breakdown(a) => cmd::breakdown::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -384,11 +384,16 @@ fn eth(body: &[u8]) -> R<EthHeader> {
     Ok(EthHeader { length_type: u16::try_from(lt).map_err(|_| "bad Ethernet 'length/type'")?, src, dst })
 }
 
-/// `(request source mac: 00-06-… source ipv4: 192.168.64.1 dest ipv4: 192.168.64.0)`
+/// `(request source mac: 00-06-… source ipv4: 192.168.64.1 dest ipv4: 192.168.64.0)`; ns-3
+/// ≥ 3.41 prints `(hardware type: Ethernet request …)`.
 fn arp(body: &[u8]) -> R<ArpHeader> {
     let mut c = Cursor::new(body);
     c.spaces();
     c.lit(b"(");
+    if c.lit(b"hardware type: ") {
+        c.token();
+        c.spaces();
+    }
     let is_request = if c.lit(b"request") {
         true
     } else if c.lit(b"reply") {
@@ -488,6 +493,18 @@ mod tests {
         assert_eq!((ip.length, ip.protocol, ip.ident), (84, 1, 50300));
         assert_eq!((ip.src_ip, ip.dst_ip), ([192, 168, 64, 2], [192, 168, 64, 3]));
         assert_eq!(e.eth.unwrap().length_type, 0x800);
+    }
+
+    #[test]
+    fn arp_with_the_hardware_type_of_newer_ns3() {
+        // ns-3 3.44's ArpHeader::Print (SimpleNetDevice, manual and packet print).
+        let (_, e) = parse("+ 10000000000 /$ns3::NodeListPriv/NodeList/0/$ns3::Node/DeviceList/0/$ns3::SimpleNetDevice/TxQueue/Enqueue Packet-Uid=1 Intersting=true ns3::ArpHeader(hardware type: Ethernet request source mac: 00-06-00:00:00:00:00:01 source ipv4: 10.0.0.1 dest ipv4: 10.0.0.2) ns3::ArpHeader (hardware type: Ethernet request source mac: 00-06-00:00:00:00:00:01 source ipv4: 10.0.0.1 dest ipv4: 10.0.0.2) Payload (size=18)").unwrap();
+        assert_eq!(e.arp, Some(ArpHeader { is_request: true, src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2] }));
+        let (_, e) = parse("- 1 /NodeList/3/DeviceList/0/$ns3::PointToPointNetDevice/TxQueue/Dequeue ns3::PppHeader (Point-to-Point Protocol: ARP (0x0806)) ns3::ArpHeader (hardware type: Ethernet reply source mac: 00-06-00:00:00:00:00:02 source ipv4: 10.0.0.2 dest mac: 00-06-00:00:00:00:00:01 dest ipv4: 10.0.0.1) Payload (size=18)").unwrap();
+        assert_eq!(
+            e.arp,
+            Some(ArpHeader { is_request: false, src_ip: [10, 0, 0, 2], dst_ip: [10, 0, 0, 1] })
+        );
     }
 
     #[test]

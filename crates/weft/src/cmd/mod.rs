@@ -1,5 +1,6 @@
 //! One module per subcommand: each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
+pub mod breakdown;
 pub mod convert;
 pub mod import;
 pub mod loadgen;
