@@ -368,6 +368,9 @@ fn map_of(v: &J) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A `span_events` row: span id, time, name, attributes as text, type tags.
+type EventRow = (String, u64, String, BTreeMap<String, String>, String);
+
 fn check_sql_otel(srv: &WeftServe, want: &[J]) {
     let traces: BTreeSet<&str> = want.iter().map(|w| s(&w["trace_id"])).collect();
     let in_list = traces.iter().map(|t| format!("decode('{t}', 'hex')")).collect::<Vec<_>>().join(", ");
@@ -408,7 +411,7 @@ fn check_sql_otel(srv: &WeftServe, want: &[J]) {
         "SELECT encode(span_id, 'hex'), CAST(time AS BIGINT), name, attributes, attribute_types FROM span_events \
          WHERE trace_id IN ({in_list}) ORDER BY 1, 2"
     ));
-    let mut want_events: Vec<(String, u64, String, BTreeMap<String, String>, String)> = want
+    let mut want_events: Vec<EventRow> = want
         .iter()
         .flat_map(|w| {
             w["events"].as_array().expect("events").iter().map(move |e| {
