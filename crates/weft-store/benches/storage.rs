@@ -49,6 +49,80 @@ fn gzip_len(b: &[u8]) -> usize {
     e.finish().unwrap().len()
 }
 
+/// The GROUP BY measured (in weft and, on the same rows, in SQLite).
+const GROUP_BY: &str = "SELECT service_name, name, count(*) AS n, avg(duration_ns) AS avg_ns, max(duration_ns) AS max_ns \
+                        FROM spans GROUP BY service_name, name ORDER BY n DESC";
+
+/// The peer: SQLite (Python's sqlite3 module, an in-memory database) runs the same GROUP BY on
+/// the same rows, exported from the store. Returns (load seconds, median, min query seconds);
+/// None (with a note) when python3 is missing.
+fn sqlite_peer(
+    rt: &tokio::runtime::Runtime,
+    store: &Store,
+    dir: &std::path::Path,
+) -> Option<(f64, f64, f64)> {
+    use weft_store::datafusion::arrow::array::{AsArray, RecordBatch};
+    use weft_store::datafusion::arrow::datatypes::Int64Type;
+    let tsv = dir.join("sqlite-peer.tsv");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&tsv).unwrap());
+    let r = rt.block_on(store.sql("SELECT service_name, name, duration_ns FROM spans", usize::MAX)).unwrap();
+    let write = |out: &mut std::io::BufWriter<std::fs::File>, b: &RecordBatch| {
+        let cast = |i: usize| {
+            weft_store::datafusion::arrow::compute::cast(
+                b.column(i),
+                &weft_store::datafusion::arrow::datatypes::DataType::Utf8,
+            )
+            .unwrap()
+        };
+        let (svc, name) = (cast(0), cast(1));
+        let (svc, name) = (svc.as_string::<i32>(), name.as_string::<i32>());
+        let dur = b.column(2).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            writeln!(out, "{}\t{}\t{}", svc.value(i), name.value(i), dur.value(i)).unwrap();
+        }
+    };
+    for b in &r.batches {
+        write(&mut out, b);
+    }
+    drop(out);
+    let script = format!(
+        r#"
+import sqlite3, sys, time, csv
+db = sqlite3.connect(":memory:")
+db.execute("CREATE TABLE spans (service_name TEXT, name TEXT, duration_ns INTEGER)")
+t0 = time.perf_counter()
+with open(sys.argv[1], newline="") as f:
+    db.executemany("INSERT INTO spans VALUES (?, ?, ?)", ((a, b, int(c)) for a, b, c in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)))
+db.commit()
+load = time.perf_counter() - t0
+runs = []
+for _ in range(3):
+    t0 = time.perf_counter()
+    rows = db.execute("""{GROUP_BY}""").fetchall()
+    runs.append(time.perf_counter() - t0)
+runs.sort()
+print(load, runs[1], runs[0], len(rows))
+"#
+    );
+    let res = std::process::Command::new("python3").arg("-c").arg(script).arg(&tsv).output();
+    let _ = std::fs::remove_file(&tsv);
+    match res {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let v: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            (v.len() == 4).then(|| (v[0], v[1], v[2]))
+        }
+        Ok(o) => {
+            eprintln!("SQLite peer failed: {}", String::from_utf8_lossy(&o.stderr));
+            None
+        }
+        Err(e) => {
+            eprintln!("SQLite peer not measured: python3: {e}");
+            None
+        }
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench -- --list` (criterion-style discovery): nothing to list.
@@ -127,8 +201,7 @@ fn main() {
     let p = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e3;
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let sql = "SELECT service_name, name, count(*) AS n, avg(duration_ns) AS avg_ns, max(duration_ns) AS max_ns \
-               FROM spans GROUP BY service_name, name ORDER BY n DESC";
+    let sql = GROUP_BY;
     let mut runs = Vec::new();
     let mut groups = 0;
     for _ in 0..5 {
@@ -138,6 +211,11 @@ fn main() {
         groups = r.batches.iter().map(|b| b.num_rows()).sum();
     }
     runs.sort_by(f64::total_cmp);
+    let sqlite = if std::env::var_os("WEFT_BENCH_NO_SQLITE").is_some() {
+        None
+    } else {
+        sqlite_peer(&rt, &store, &dir)
+    };
     let search = weft_store::TraceQuery {
         service: Some("payment".into()),
         attributes: vec![("error".into(), None)],
@@ -183,6 +261,13 @@ fn main() {
         runs[0] * 1e3
     );
     println!("| search: payment errors, 20 newest traces ({hits}) | {search_ms:.0} ms | — |");
+    if let Some((load_s, med, min)) = sqlite {
+        println!(
+            "| peer: the same GROUP BY in SQLite (python3 sqlite3, in memory, same rows; loading took {load_s:.0} s) | median {:.0} ms (min {:.0} ms) | |",
+            med * 1e3,
+            min * 1e3
+        );
+    }
     println!();
     println!("bloom filters in memory: {} KiB; data dir: {}", st.bloom_bytes / 1024, dir.display());
 }

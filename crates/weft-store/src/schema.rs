@@ -284,7 +284,9 @@ pub fn schema_markdown() -> String {
     for t in TABLES {
         s.push_str(&format!("#### `{}` — {}\n\n| column | type | meaning |\n|---|---|---|\n", t.name, t.doc));
         for col in t.columns {
-            s.push_str(&format!("| `{}` | {} | {} |\n", col.name, col.ty, col.doc));
+            // A `|` inside a cell (the kind and status value lists) would end the cell.
+            let doc = col.doc.replace('|', "\\|");
+            s.push_str(&format!("| `{}` | {} | {doc} |\n", col.name, col.ty));
         }
         s.push('\n');
     }
@@ -303,6 +305,14 @@ mod tests {
             let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             let documented: Vec<&str> = t.columns.iter().map(|c| c.name).collect();
             assert_eq!(names, documented, "table {}", t.name);
+        }
+    }
+
+    #[test]
+    fn markdown_rows_have_three_cells() {
+        for line in schema_markdown().lines().filter(|l| l.starts_with("| `")) {
+            let cells = line.replace("\\|", "").matches('|').count();
+            assert_eq!(cells, 4, "{line}");
         }
     }
 }

@@ -113,6 +113,12 @@ fn ipc_decode(
     if len == 0 {
         return Ok(RecordBatch::new_empty(schema));
     }
+    // Our writer always produces the current IPC format, whose messages start with the
+    // continuation marker. Anything else is corrupt — and arrow's reader can spin on some
+    // legacy-format garbage (found by the `store_wal_record` fuzz target), so refuse it here.
+    if stream.len() < 8 || stream[..4] != [0xff; 4] {
+        return Err("stream does not start with an Arrow IPC continuation marker".into());
+    }
     let reader = StreamReader::try_new(stream, None).map_err(|e| e.to_string())?;
     if reader.schema() != schema {
         return Err("stream schema differs from the table schema".into());
@@ -429,6 +435,14 @@ pub(crate) fn replay_file(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn legacy_format_garbage_is_refused_quickly() {
+        // Found by the store_wal_record fuzz target: arrow's stream reader never returned.
+        let input = [1u8, 5, 0, 0, 0, 0, 0, 0, 0, 0x14, 0x14, 0, 0, 0, 0];
+        let err = super::decode_record(&input).unwrap_err();
+        assert!(err.contains("continuation marker"), "{err}");
+    }
+
     use super::*;
     use crate::convert::spans_to_batches;
 

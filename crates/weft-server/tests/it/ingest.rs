@@ -95,16 +95,16 @@ fn malformed_bodies_get_400_naming_where() {
 #[test]
 fn oversized_bodies_get_413() {
     let s = TestServer::with(|_, c| {
-        c.max_request_bytes = 4096;
-        c.max_decompressed_bytes = 8192;
+        c.max_request_bytes = 32 << 10;
+        c.max_decompressed_bytes = 64 << 10;
     });
     let big = otlp::encode_proto(&spans(5, 200));
-    assert!(big.len() > 8192);
+    assert!(big.len() > 64 << 10, "{}", big.len());
     let (st, _, _) = s.post("/v1/traces", &[PB], &big);
     assert_eq!(st, 413);
     // Small on the wire, too big once inflated.
     let z = gzip(&big);
-    assert!(z.len() < 4096, "{}", z.len());
+    assert!(z.len() < 32 << 10, "{}", z.len());
     let (st, _, _) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &z);
     assert_eq!(st, 413);
     assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"otlp_http\"}"), 2.0);
@@ -155,7 +155,14 @@ fn grpc_export_with_partial_success() {
     let sent = spans(8, 80);
     let addr = format!("http://{}", s.grpc);
     let mut req = otlp::to_request(&sent);
-    req.resource_spans[0].scope_spans[0].spans[1].span_id = vec![0; 8];
+    let (ri, si) = req
+        .resource_spans
+        .iter()
+        .enumerate()
+        .find_map(|(ri, rs)| rs.scope_spans.iter().position(|ss| ss.spans.len() >= 2).map(|si| (ri, si)))
+        .expect("a scope with two spans");
+    let victim = req.resource_spans[ri].scope_spans[si].spans[1].clone();
+    req.resource_spans[ri].scope_spans[si].spans[1].span_id = vec![0; 8];
     let resp =
         s.rt.block_on(async {
             let mut c = TraceServiceClient::connect(addr).await.unwrap();
@@ -166,7 +173,7 @@ fn grpc_export_with_partial_success() {
     assert_eq!(resp.partial_success.unwrap().rejected_spans, 1);
     let kept: Vec<_> = sent
         .iter()
-        .filter(|x| x.span_id != sent[1].span_id || x.trace_id != sent[1].trace_id)
+        .filter(|x| x.span_id.0[..] != victim.span_id[..] || x.trace_id.0[..] != victim.trace_id[..])
         .cloned()
         .collect();
     stored_equal(&s, &kept);
@@ -194,4 +201,42 @@ fn zipkin_json_and_proto3_are_accepted() {
         }
     }
     assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"zipkin\"}"), (a.len() + b.len()) as f64);
+}
+
+#[test]
+fn grpc_overload_and_zipkin_limits() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    // The store's buffer is full: gRPC answers UNAVAILABLE (which OTLP exporters retry) and the
+    // spans are counted as dropped.
+    let s = TestServer::with(|sc, c| {
+        sc.flush_bytes = usize::MAX;
+        sc.max_buffer_bytes = 64 << 10;
+        c.max_request_bytes = 16 << 10;
+    });
+    let batch = spans(11, 200);
+    let addr = format!("http://{}", s.grpc);
+    let codes: Vec<Result<(), tonic::Code>> = s.rt.block_on(async {
+        let mut c = TraceServiceClient::connect(addr).await.unwrap();
+        let mut out = Vec::new();
+        for _ in 0..4 {
+            out.push(c.export(otlp::to_request(&batch)).await.map(|_| ()).map_err(|e| e.code()));
+        }
+        out
+    });
+    assert_eq!(codes[0], Ok(()));
+    assert!(codes.contains(&Err(tonic::Code::Unavailable)), "{codes:?}");
+    let dropped = codes.iter().filter(|c| c.is_err()).count() * batch.len();
+    assert_eq!(
+        s.metric("weft_spans_dropped_total{receiver=\"otlp_grpc\",reason=\"overloaded\"}"),
+        dropped as f64
+    );
+    // Zipkin: 413 past the request limit, counted; 400 for a malformed body names the field.
+    let big = zipkin::encode_v2_json(&spans(12, 40));
+    assert!(big.len() > 16 << 10, "{}", big.len());
+    let (st, _, _) = s.post("/api/v2/spans", &[JSON], &big);
+    assert_eq!(st, 413);
+    assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"zipkin\"}"), 1.0);
+    let (st, _, body) = s.post("/api/v2/spans", &[JSON], b"[{\"traceId\": \"0123456789abcdef\", \"id\": 5}]");
+    assert_eq!(st, 400);
+    assert!(String::from_utf8_lossy(&body).contains("id"), "{}", String::from_utf8_lossy(&body));
 }

@@ -1,11 +1,18 @@
 //! Integration tests of the `weft` binary (`CARGO_BIN_EXE_weft`, run as a subprocess) on real
-//! files, real peers and real kernels.
+//! files, real peers and real kernels: the real `weft serve` driven by the OpenTelemetry Python
+//! SDK's exporters and py_zipkin (installed by `.ci/test`) and killed with SIGKILL mid-stream,
+//! LTTng, perf, ns-3, headless Chromium. One binary for all of them.
 
 mod breakdown;
 mod case_study;
 mod common;
 mod convert;
+mod crash;
 mod import_ctf;
+mod peers;
 mod record;
+mod serve;
 mod ui;
 mod weave;
+
+pub use serve::{WeftServe, weft_bin};
