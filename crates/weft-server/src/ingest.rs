@@ -119,13 +119,18 @@ pub async fn admit(
     if let Some(n) = declared
         && n > limit
     {
-        return Err(too_large(
-            state,
-            r,
-            format!("request body of {n} bytes exceeds the limit of {limit} bytes"),
-        ));
+        let err =
+            too_large(state, r, format!("request body of {n} bytes exceeds the limit of {limit} bytes"));
+        linger(body, limit).await;
+        return Err(err);
     }
-    let first = reserve(state, r, declared.unwrap_or(limit))?;
+    let first = match reserve(state, r, declared.unwrap_or(limit)) {
+        Ok(p) => p,
+        Err(e) => {
+            linger(body, limit).await;
+            return Err(e);
+        }
+    };
     let raw = axum::body::to_bytes(body, limit).await.map_err(|e| {
         // to_bytes fails on the limit or on a broken connection.
         if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
@@ -157,6 +162,26 @@ pub async fn admit(
         permits.push(reserve(state, r, bytes.len())?);
     }
     Ok(Admitted { bytes, permits })
+}
+
+/// Reads and discards a body the server refuses before reading it (413, 429), so that a client
+/// still writing it gets to read the answer instead of a broken pipe — the lingering close of
+/// nginx and Apache. Bounded: at most a few times the request limit and two seconds; past
+/// that the connection is closed under the client as before.
+async fn linger(body: axum::body::Body, limit: usize) {
+    use futures::StreamExt;
+    let max = limit.saturating_mul(4).clamp(1 << 20, 64 << 20);
+    let mut stream = body.into_data_stream();
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > max {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
 }
 
 /// Inflates a body according to its `Content-Encoding` (`gzip`, `deflate`, or none), refusing
