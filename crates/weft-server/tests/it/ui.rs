@@ -571,3 +571,28 @@ fn breakdown_parameters() {
     let e = p(&[("traces", a), ("rules", &too_many.join(";"))]).unwrap_err();
     assert!(e.0.contains("at most 64 rules"), "{}", e.0);
 }
+
+proptest::proptest! {
+    /// Any text in any parameter is a request or an error naming that parameter, never a panic.
+    #[test]
+    fn breakdown_parameters_never_panic(
+        key in proptest::sample::select(vec!["by", "wire", "rules", "traces", "adjust"]),
+        v in "[ -~\n→]{0,60}",
+    ) {
+        use weft_server::ui::breakdown::parse;
+        let mut p: HashMap<String, String> = HashMap::new();
+        p.insert("traces".into(), "0123456789abcdef0123456789abcdef".into());
+        p.insert(key.to_owned(), v.clone());
+        match parse(&p) {
+            Ok(r) => {
+                proptest::prop_assert!(!r.ids.is_empty() && r.ids.len() <= 500);
+                proptest::prop_assert!(!r.classifier.labels().is_empty());
+            }
+            Err(e) => {
+                let names_it = e.0.contains(&format!("parameter {key}"))
+                    || (key == "traces" && e.0.contains("needs trace ids"));
+                proptest::prop_assert!(names_it, "{key}={v:?}: {}", e.0);
+            }
+        }
+    }
+}
