@@ -120,7 +120,7 @@ function submit(e) {
     const v = f.elements[k] && f.elements[k].value.trim();
     if (v) p[k] = v;
   }
-  for (const k of ['sort', 'bd']) if (state.params.get(k)) p[k] = state.params.get(k);
+  for (const k of ['sort', 'bd', 'bdw', 'bdr']) if (state.params.get(k)) p[k] = state.params.get(k);
   const url = href(['search'], p);
   if (url === location.hash) run(new URLSearchParams(url.split('?')[1] || ''));
   else location.hash = url;
@@ -162,7 +162,7 @@ function showResults() {
     h('strong', `${traces.length} trace${traces.length === 1 ? '' : 's'}`),
     h('span.muted', ` in ${state.result.elapsedMs.toFixed(0)} ms`),
     h('span.grow'),
-    h('button#bd-results', { class: state.params.get('bd') ? 'on' : '', title: 'Critical-path time per service or component over these traces', onclick: () => setBreakdown(state.params.get('bd') ? null : 'service') }, 'Breakdown'),
+    h('button#bd-results', { class: state.params.get('bd') ? 'on' : '', title: 'Where the time of these traces went: per component (or service, operation) and the wire between them, per direction', onclick: () => setBreakdown(state.params.get('bd') ? null : { by: 'component' }) }, 'Breakdown'),
     compareBtn,
     h(
       'label.sort',
@@ -220,15 +220,29 @@ function showResults() {
     ),
   );
   const bd = state.params.get('bd');
-  res.replaceChildren(head, bd ? breakdownPanel(traces.map((t) => t.traceId), bd, setBreakdown) : scatter(traces), list);
+  const bdState = { by: bd, wire: state.params.get('bdw') || 'total', rules: state.params.get('bdr') || '' };
+  res.replaceChildren(head, bd ? breakdownPanel(traces.map((t) => t.traceId), bdState, (st) => keepBreakdown(st)) : scatter(traces), list);
 }
 
-function setBreakdown(by) {
-  const p = Object.fromEntries(state.params.entries());
-  if (by) p.bd = by;
-  else delete p.bd;
+// The breakdown's state in the URL: bd (rows by), bdw (wire), bdr (direction rules).
+function bdParams(p, st) {
+  for (const k of ['bd', 'bdw', 'bdr']) delete p[k];
+  if (st) {
+    p.bd = st.by || 'component';
+    if (st.wire === 'link') p.bdw = 'link';
+    if (st.rules) p.bdr = st.rules;
+  }
+  return p;
+}
+
+function keepBreakdown(st) {
+  const p = bdParams(Object.fromEntries(state.params.entries()), st);
   history.replaceState(null, '', href(['search'], p));
   state.params = new URLSearchParams(p);
+}
+
+function setBreakdown(st) {
+  keepBreakdown(st);
   showResults();
 }
 

@@ -177,7 +177,7 @@ function build() {
     h('button#zoom-out', { onclick: () => zoomBy(2, 0.5), title: 'Zoom out (Ctrl+wheel over the bars)' }, '−'),
     h('button#zoom-in', { onclick: () => zoomBy(0.5, 0.5), title: 'Zoom in (Ctrl+wheel over the bars; drag on the minimap or ruler)' }, '+'),
     h('button#zoom-reset', { onclick: () => setZoom(0, 1), title: 'Whole trace' }, 'Reset zoom'),
-    h('button#bd-toggle', { class: S.params.get('bd') ? 'on' : '', title: 'Critical-path time per service or component (stacked bar)', onclick: toggleBreakdown }, 'Breakdown'),
+    h('button#bd-toggle', { class: S.params.get('bd') ? 'on' : '', title: 'Where the time went: per component (or service, operation) and the wire between them (stacked bar and table)', onclick: toggleBreakdown }, 'Breakdown'),
     h('span.sep'),
     h('input#find', { placeholder: 'Find span…', title: 'Find spans by name, service or component; Enter jumps to the next match', spellcheck: 'false', oninput: (e) => find(e.target.value), onkeydown: (e) => e.key === 'Enter' && (e.preventDefault(), nextMatch(e.shiftKey ? -1 : 1)) }),
     h('span#find-count.muted'),
@@ -223,7 +223,7 @@ function build() {
   const detail = h('aside.detail', { hidden: true });
   const page = h('div.trace-page', head, mini, h('div.trace-body', wf, detail));
   S.el.replaceChildren(page);
-  if (S.params.get('bd')) showBreakdown(head.querySelector('.bd-slot'), S.params.get('bd'));
+  if (S.params.get('bd')) showBreakdown(head.querySelector('.bd-slot'));
   Object.assign(S, { page, mini, ruler, rows, svg, spacer, scroll, wf, detail, pool: [] });
 
   let raf = 0;
@@ -735,12 +735,22 @@ function drawRuler() {
 // ---------------------------------------------------------------------------------------------
 // Toolbar actions
 
-function showBreakdown(slot, by) {
+// The breakdown's state in the URL: bd (rows by), bdw (wire per link), bdr (direction rules).
+function showBreakdown(slot) {
+  const st = { by: S.params.get('bd') || 'component', wire: S.params.get('bdw') || 'total', rules: S.params.get('bdr') || '' };
+  const q = S.params.get('adjust') === '1';
   slot.replaceChildren(
-    breakdownPanel([S.data.traceId], by, (k) => {
-      setParam('bd', k);
-      showBreakdown(slot, k);
-    }),
+    breakdownPanel(
+      [S.data.traceId],
+      st,
+      (n) => {
+        setParam('bd', n.by);
+        setParam('bdw', n.wire === 'link' ? 'link' : null);
+        setParam('bdr', n.rules || null);
+      },
+      true,
+      q,
+    ),
   );
 }
 
@@ -749,8 +759,12 @@ function toggleBreakdown(e) {
   const on = !S.params.get('bd');
   e.target.classList.toggle('on', on);
   setParam('bd', on ? 'component' : null);
-  if (on) showBreakdown(slot, 'component');
-  else slot.replaceChildren();
+  if (on) showBreakdown(slot);
+  else {
+    setParam('bdw', null);
+    setParam('bdr', null);
+    slot.replaceChildren();
+  }
 }
 
 function toggleCp(e) {

@@ -75,11 +75,12 @@ export function fmtInt(n) {
 }
 
 // Colour per name (service, component): a hash picks a palette slot; a slot already taken by
-// another name this page moves to the next free one, so names on screen together differ.
+// another name this page moves to the next free one, so names on screen together differ (no
+// two slots hold near-identical colours).
 const PALETTE = [
   '#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#e15759', '#76b7b2', '#edc948', '#9c755f',
   '#ff9da7', '#2f9e9e', '#d37295', '#8cd17d', '#a0cbe8', '#e8a33d', '#6b5fb5', '#bab0ac',
-  '#c44e52', '#55a868', '#8172b2', '#937860',
+  '#ffbe7d', '#b6992d', '#8172b2', '#1f4e79',
 ];
 const colourCache = new Map();
 const taken = new Set();

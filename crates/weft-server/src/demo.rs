@@ -9,13 +9,16 @@
 //!
 //! Every tenth request is also accompanied by a woven simulator request (host → NIC → network
 //! → NIC → host with `caused_by` links; see [`woven`]), so the UI's cross-component views have
-//! something to show.
+//! something to show. At start the demo also weaves [`PING_ROUNDS`] rounds of the synthetic
+//! SimBricks ping with weft-weave's real pipeline ([`ping`]), spread over the backfill window:
+//! what `weft weave` makes of simulator logs, for the breakdown per component and direction.
 
 use std::time::Duration;
 
 use weft_model::codec::Rejected;
 use weft_store::synth::Synth;
 
+pub mod ping;
 pub mod woven;
 
 use crate::ingest;
@@ -33,6 +36,9 @@ pub struct DemoConfig {
     pub seed: u64,
 }
 
+/// Ping rounds the demo weaves at start.
+pub const PING_ROUNDS: u64 = 24;
+
 impl Default for DemoConfig {
     fn default() -> Self {
         DemoConfig { rate: 2.0, backfill: Duration::from_secs(15 * 60), seed: 42 }
@@ -46,6 +52,23 @@ pub fn start(state: AppState, cfg: DemoConfig) -> tokio::task::JoinHandle<()> {
         let now = weft_model::time::now_unix_nanos();
         let start = now.saturating_sub(cfg.backfill.as_nanos().min(u64::MAX as u128) as u64);
         let mut synth = Synth::new(cfg.seed, start, interval_ns);
+        let period = (now - start) / PING_ROUNDS;
+        let seed = cfg.seed;
+        match tokio::task::spawn_blocking(move || ping::woven_ping(PING_ROUNDS, start, period, seed)).await {
+            Ok(Ok(p)) => {
+                tracing::info!(
+                    spans = p.spans.len(),
+                    rejected_lines = p.rejected_lines,
+                    unmatched = p.unmatched,
+                    "demo: wove the synthetic SimBricks ping"
+                );
+                if !append(&state, p.spans).await {
+                    return;
+                }
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "demo: could not weave the synthetic ping"),
+            Err(e) => tracing::warn!(error = %e, "demo: ping weaving task failed"),
+        }
         let mut made = 0u64;
         // Backfill in batches of ~1000 spans, through the blocking pool.
         loop {

@@ -101,7 +101,7 @@ sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
 metrics:  GET /metrics (Prometheus text)\n\
 status:   GET /api/status\n\
 ui:       GET / (the web UI); GET /api/ui/services | search | trace/{id} | span/{trace}/{span} |\n\
-          dependencies | compare?a=&b=\n";
+          dependencies | compare?a=&b= | breakdown?traces=&by=&wire=&rules=\n";
 
 async fn index() -> &'static str {
     INDEX

@@ -1,7 +1,7 @@
 //! JSON endpoints of the web UI (`/api/ui/...`): what the Zipkin and Jaeger APIs do not give
 //! efficiently — summary rows instead of whole traces, a columnar trace with its critical path
-//! computed here, span details on demand, a dependency graph by service or component, and the
-//! comparison of two traces.
+//! computed here, span details on demand, a dependency graph by service or component, the
+//! comparison of two traces, and time breakdowns per component and direction.
 //!
 //! | endpoint | answer |
 //! |---|---|
@@ -11,7 +11,7 @@
 //! | `GET /api/ui/span/{trace}/{span}?adjust` | one span: attributes, resource, events, links out and in |
 //! | `GET /api/ui/dependencies?by=service\|component&lookback&end` | `{nodes, edges}` (calls and `caused_by` links) |
 //! | `GET /api/ui/compare?a&b` | [`weft_analyze::compare`] of two traces |
-//! | `GET /api/ui/breakdown?traces=a,b,...&by=service\|component` | critical-path time per service or component, per trace and in total |
+//! | `GET /api/ui/breakdown?traces=a,b,...&by&wire&rules` | [`weft_analyze::breakdown`] per trace and per direction over all of them ([`super::breakdown`]) |
 //!
 //! `attrs` is `key=value` terms separated by spaces (`key="a value"` quotes; a bare `key` means
 //! present; `error` matches failed spans). Durations are Go-style (`10ms`); `lookback` is a
@@ -46,7 +46,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/ui/span/{trace}/{span}", get(span))
         .route("/api/ui/dependencies", get(dependencies))
         .route("/api/ui/compare", get(compare))
-        .route("/api/ui/breakdown", get(breakdown))
+        .route("/api/ui/breakdown", get(super::breakdown::handler))
 }
 
 fn json(v: &J) -> Response {
@@ -593,94 +593,4 @@ async fn compare(State(state): State<AppState>, Query(p): Query<Params>) -> Resu
     .await
     .map_err(|e| ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("compare task: {e}") })?;
     Ok(json_bytes(body))
-}
-
-/// Critical-path time per key (service or component) of one prepared trace: sums to the
-/// trace's critical-path length, so the stacked bars add up to the end-to-end latency.
-fn critical_by(p: &Prepared, by_component: bool) -> Vec<(String, u64)> {
-    let mut m: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for c in &p.critical.sections {
-        let s = &p.spans[c.span];
-        let key = if by_component {
-            s.attributes.get_str(conv::COMPONENT).unwrap_or(s.service_name())
-        } else {
-            s.service_name()
-        };
-        *m.entry(key.to_owned()).or_default() += c.end_ns.saturating_sub(c.start_ns);
-    }
-    let mut v: Vec<(String, u64)> = m.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    v
-}
-
-async fn breakdown(State(state): State<AppState>, Query(p): Query<Params>) -> Result<Response, ApiError> {
-    let _t = state.metrics.time(Api::Other);
-    let by_component = match p.get("by").map(String::as_str) {
-        None | Some("") | Some("service") => false,
-        Some("component") => true,
-        Some(o) => {
-            return Err(ApiError::bad_request(format!(
-                "malformed parameter by: {o:?} (service or component)"
-            )));
-        }
-    };
-    let ids: Vec<TraceId> = p
-        .get("traces")
-        .map(|v| v.split(',').map(str::trim).filter(|x| !x.is_empty()).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|x| params::trace_id_param("traces", x))
-        .collect::<Result<_, _>>()?;
-    if ids.is_empty() {
-        return Err(ApiError::bad_request("breakdown needs trace ids: ?traces=a,b,..."));
-    }
-    if ids.len() > 500 {
-        return Err(ApiError::bad_request(format!("breakdown of {} traces: at most 500 at once", ids.len())));
-    }
-    let adj = adjust(&p)?;
-    let mut rows = Vec::new();
-    let mut totals: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    let mut missing = Vec::new();
-    for id in ids {
-        // Cached traces are reused, others are read without evicting the cache.
-        let prep = match state.ui_cache.get(id, adj) {
-            Some(p) => p,
-            None => {
-                let spans = crate::api::trace(&state, Api::Other, id).await?;
-                if spans.is_empty() {
-                    missing.push(id.to_string());
-                    continue;
-                }
-                tokio::task::spawn_blocking(move || {
-                    Arc::new(Prepared::new(id, crate::zipkin::maybe_adjust(spans, adj), adj))
-                })
-                .await
-                .map_err(|e| ApiError {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    message: format!("trace task: {e}"),
-                })?
-            }
-        };
-        let parts = critical_by(&prep, by_component);
-        for (k, v) in &parts {
-            *totals.entry(k.clone()).or_default() += v;
-        }
-        let root = prep.spans.first();
-        rows.push(json!({
-            "traceId": id.to_string(),
-            "durationNs": prep.end_ns - prep.start_ns,
-            "criticalNs": prep.critical.total_ns(),
-            "startMs": prep.start_ns as f64 / 1e6,
-            "root": root.map(|r| format!("{}: {}", r.service_name(), r.name)),
-            "parts": parts.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
-        }));
-    }
-    let mut totals: Vec<(String, u64)> = totals.into_iter().collect();
-    totals.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    Ok(json(&json!({
-        "by": if by_component { "component" } else { "service" },
-        "traces": rows,
-        "totals": totals.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
-        "missing": missing,
-    })))
 }

@@ -10,6 +10,7 @@
 //! state is a sharable link and the server needs no catch-all route.
 
 pub mod api;
+pub mod breakdown;
 pub mod view;
 
 use axum::Router;

@@ -25,6 +25,16 @@ fn by_trace(v: &[Span]) -> HashMap<TraceId, Vec<Span>> {
     m
 }
 
+/// Percent-encodes a query value.
+fn enc(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 fn trace_named(v: &[Span], service: &str, name: &str) -> TraceId {
     v.iter().find(|s| s.service_name() == service && s.name == name).map(|s| s.trace_id).unwrap()
 }
@@ -310,34 +320,279 @@ fn attribute_terms_parse() {
     assert!(parse_attrs("   ").unwrap().is_empty());
 }
 
+/// Three rounds of the synthetic SimBricks ping, woven by weft-weave (as `weft serve --demo`
+/// does), a minute ago: 3 ping traces of 47 spans and 3 one-span `recvfrom` traces.
+fn ping() -> Vec<Span> {
+    let start = weft_model::time::now_unix_nanos() - 60_000_000_000;
+    let p = weft_server::demo::ping::woven_ping(3, start, 2_000_000, 5).unwrap();
+    assert_eq!((p.rejected_lines, p.unmatched), (0, 0));
+    p.spans
+}
+
+fn ping_ids(v: &[Span]) -> Vec<TraceId> {
+    let mut ids: Vec<(u64, TraceId)> = by_trace(v)
+        .into_iter()
+        .filter(|(_, t)| t.len() > 1)
+        .map(|(id, t)| (t.iter().map(|s| s.start_ns).min().unwrap(), id))
+        .collect();
+    ids.sort();
+    ids.into_iter().map(|x| x.1).collect()
+}
+
+fn list(ids: &[TraceId]) -> String {
+    ids.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn names(rows: &J) -> Vec<(String, u64)> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap().to_owned(), r["timelineNs"].as_u64().unwrap()))
+        .collect()
+}
+
 #[test]
-fn breakdown_splits_each_critical_path() {
-    let s = TestServer::start();
-    let now = weft_model::time::now_unix_nanos();
-    let mut v = woven_request(70, now - 60_000_000_000);
-    let shop = spans(34, 300);
-    v.extend(shop.iter().cloned());
-    post(&s, &v);
-    let client = trace_named(&v, "host0", "rpc_call echo");
-    let ids: Vec<String> =
-        by_trace(&shop).keys().map(|t| t.to_string()).chain([client.to_string()]).collect();
-    let r = s.get_json(&format!("/api/ui/breakdown?by=service&traces={}", ids.join(",")));
-    let rows = r["traces"].as_array().unwrap();
-    assert_eq!(rows.len(), ids.len());
-    let mut total = 0;
-    for t in rows {
-        let parts: u64 = t["parts"].as_array().unwrap().iter().map(|p| p[1].as_u64().unwrap()).sum();
-        assert_eq!(parts, t["criticalNs"].as_u64().unwrap(), "parts add up to the critical path");
-        assert!(parts <= t["durationNs"].as_u64().unwrap());
-        total += parts;
+fn demo_weaves_the_synthetic_ping_with_the_real_pipeline() {
+    let start = 1_700_000_000_000_000_000;
+    let p = weft_server::demo::ping::woven_ping(4, start, 5_000_000, 9).unwrap();
+    assert_eq!((p.rejected_lines, p.unmatched), (0, 0));
+    let traces = by_trace(&p.spans);
+    assert_eq!(traces.len(), 8, "a ping trace and a recvfrom trace per round");
+    assert_eq!(p.spans.iter().map(|s| s.start_ns).min(), Some(start), "round 0 starts at `first_ns`");
+    let big: Vec<&Vec<Span>> = traces.values().filter(|t| t.len() > 1).collect();
+    assert_eq!(big.len(), 4);
+    for t in big {
+        assert_eq!(t.len(), 47);
+        let comps: BTreeSet<&str> =
+            t.iter().map(|s| s.attributes.get_str("weft.component").unwrap_or("")).collect();
+        for c in ["client", "client-nic", "ns3/sw0", "ns3/sw1", "server-nic", "server"] {
+            assert!(comps.contains(c), "{c} in {comps:?}");
+        }
+        // Every hand-over between components is a caused_by link to the parent.
+        let caused = t.iter().filter(|s| s.links.iter().any(|l| Some(l.span_id) == s.parent_span_id)).count();
+        assert!(caused >= 10, "{caused} caused_by links");
     }
-    let totals: u64 = r["totals"].as_array().unwrap().iter().map(|p| p[1].as_u64().unwrap()).sum();
-    assert_eq!(totals, total);
-    let one = s.get_json(&format!("/api/ui/breakdown?by=component&traces={client}"));
-    let keys: Vec<&str> = one["totals"].as_array().unwrap().iter().map(|p| p[0].as_str().unwrap()).collect();
-    assert!(keys.contains(&"host0") && keys.contains(&"nic0"), "{keys:?}");
-    assert_eq!(s.get("/api/ui/breakdown").0, 400);
-    assert_eq!(s.get("/api/ui/breakdown?traces=zz").0, 400);
-    let gone = s.get_json("/api/ui/breakdown?traces=0123456789abcdef0123456789abcdef");
-    assert_eq!(gone["missing"].as_array().unwrap().len(), 1);
+    // Rounds one period apart (the first span of each ping trace).
+    let mut starts: Vec<u64> = traces
+        .values()
+        .filter(|t| t.len() > 1)
+        .map(|t| t.iter().map(|s| s.start_ns).min().unwrap())
+        .collect();
+    starts.sort();
+    assert_eq!(starts, (0..4).map(|i| start + i * 5_000_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn breakdown_is_weft_analyze_per_trace_and_over_all() {
+    use weft_analyze::breakdown::{Classifier, GroupBy, Options, WireMode, breakdown, trace_breakdown};
+    let s = TestServer::start();
+    let woven = ping();
+    let shop = spans(34, 300);
+    post(&s, &woven);
+    post(&s, &shop);
+    let ids = ping_ids(&woven);
+    assert_eq!(ids.len(), 3);
+    let traces = by_trace(&woven);
+    let r = s.get_json(&format!("/api/ui/breakdown?traces={}", list(&ids)));
+    assert_eq!((r["by"].as_str(), r["wire"].as_str()), (Some("component"), Some("total")));
+    let rows = r["traces"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (row, id) in rows.iter().zip(&ids) {
+        assert_eq!(row["traceId"], id.to_string().as_str());
+        let want = trace_breakdown(&traces[id], &Options::default());
+        assert_eq!(row["durationNs"].as_u64(), Some(want.duration_ns));
+        assert_eq!(row["rows"], serde_json::to_value(&want.rows).unwrap(), "per trace = trace_breakdown");
+        let got = names(&row["rows"]);
+        assert_eq!(got.iter().map(|r| r.1).sum::<u64>(), want.duration_ns, "rows add up to end-to-end");
+        for c in ["client", "client-nic", "ns3/sw0", "ns3/sw1", "server-nic", "server", "wire"] {
+            assert!(got.iter().any(|r| r.0 == c), "{c} in {got:?}");
+        }
+        let wire = row["rows"].as_array().unwrap().iter().find(|r| r["name"] == "wire").unwrap();
+        assert_eq!(wire["kind"], "wire");
+        assert!(wire["timelineNs"].as_u64().unwrap() > 0, "PCIe and link latency are wire time");
+        assert_eq!((row["from"].as_str(), row["to"].as_str()), (Some("client"), Some("client")));
+        assert_eq!(row["root"], "client: sendto");
+    }
+    // Over all: weft_analyze::breakdown on the same spans, one direction.
+    let picked: Vec<Span> = ids.iter().flat_map(|id| traces[id].iter().cloned()).collect();
+    let want = breakdown(&picked, &Classifier::none(), &Options::default());
+    assert_eq!(r["directions"], serde_json::to_value(&want.directions).unwrap());
+    assert_eq!(r["labels"], serde_json::json!(["all"]));
+    assert_eq!((r["traceCount"].as_u64(), r["spanCount"].as_u64()), (Some(3), Some(141)));
+    // Flows: the request's packets first, then the reply's.
+    let flows = r["flows"].as_array().unwrap();
+    assert_eq!(flows.len(), 2, "{flows:?}");
+    assert_eq!(
+        (flows[0]["source"].as_str(), flows[0]["destination"].as_str()),
+        (Some("10.0.0.1"), Some("10.0.0.2"))
+    );
+    assert_eq!(
+        (flows[1]["source"].as_str(), flows[1]["destination"].as_str()),
+        (Some("10.0.0.2"), Some("10.0.0.1"))
+    );
+
+    // Directions: request and response packets, the client's sending side as a fallback.
+    let rules = "request: source.address=10.0.0.1; response: source.address=10.0.0.2\nrequest: from=client";
+    let q = format!("/api/ui/breakdown?traces={}&rules={}", list(&ids), enc(rules));
+    let r = s.get_json(&q);
+    assert_eq!(r["labels"], serde_json::json!(["request", "response"]));
+    let cls = Classifier::parse(&[
+        "request: source.address=10.0.0.1",
+        "response: source.address=10.0.0.2",
+        "request: from=client",
+    ])
+    .unwrap();
+    let want = breakdown(&picked, &cls, &Options::default());
+    assert_eq!(r["directions"], serde_json::to_value(&want.directions).unwrap());
+    let dirs = r["directions"].as_array().unwrap();
+    for d in dirs {
+        assert_eq!(d["units"], 3);
+        let comps: Vec<&str> =
+            d["components"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert!(
+            comps.contains(&"ns3/sw0") && comps.contains(&"ns3/sw1") && comps.contains(&"wire"),
+            "{comps:?}"
+        );
+        let share: f64 =
+            d["components"].as_array().unwrap().iter().map(|c| c["share"].as_f64().unwrap()).sum();
+        assert!((share - 1.0).abs() < 1e-9);
+    }
+    assert_eq!(r["unclassifiedSpans"], 0);
+
+    // Per link wire rows: in the whole trace, the NIC's completion DMAs overlap the packet's
+    // flight (the timeline gives that time to the NIC); the request packet's own spans (no
+    // fallback rule for the sending side) give the sw0 → sw1 link its own row.
+    let r = s.get_json(&format!("/api/ui/breakdown?traces={}&wire=link", ids[0]));
+    let want = trace_breakdown(&traces[&ids[0]], &Options { wire: WireMode::PerLink, ..Options::default() });
+    assert_eq!(r["traces"][0]["rows"], serde_json::to_value(&want.rows).unwrap());
+    let rows = names(&r["traces"][0]["rows"]);
+    let wires: Vec<&str> = rows.iter().map(|x| x.0.as_str()).filter(|n| n.starts_with("wire ")).collect();
+    assert!(
+        wires.contains(&"wire client→client-nic") && wires.contains(&"wire server-nic→server"),
+        "{wires:?}"
+    );
+    assert!(wires.iter().all(|w| w.contains('→')), "{wires:?}");
+    let total_wire = trace_breakdown(&traces[&ids[0]], &Options::default()).row("wire").unwrap().timeline_ns;
+    assert_eq!(rows.iter().filter(|x| x.0.starts_with("wire ")).map(|x| x.1).sum::<u64>(), total_wire);
+    let packets = "request: source.address=10.0.0.1; response: source.address=10.0.0.2";
+    let r = s.get_json(&format!("/api/ui/breakdown?traces={}&wire=link&rules={}", list(&ids), enc(packets)));
+    assert_eq!(r["unclassifiedTraces"], 0);
+    assert!(r["unclassifiedSpans"].as_u64().unwrap() > 0, "the sending side is in no direction");
+    let req = r["directions"][0]["components"].as_array().unwrap();
+    let names_req: Vec<&str> = req.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert!(names_req.contains(&"wire ns3/sw0→ns3/sw1"), "{names_req:?}");
+    assert!(req.iter().filter(|c| c["kind"] == "wire").all(|c| c["componentKind"].is_null()));
+    assert!(req.iter().filter(|c| c["kind"] == "group").all(|c| c["componentKind"].is_string()));
+    let r = s.get_json(&format!("/api/ui/breakdown?traces={}&by=service", ids[0]));
+    let got: Vec<String> = names(&r["traces"][0]["rows"]).into_iter().map(|x| x.0).collect();
+    assert!(got.contains(&"ns3".to_owned()) && !got.contains(&"ns3/sw0".to_owned()), "{got:?}");
+    let r = s.get_json(&format!("/api/ui/breakdown?traces={}&by=operation", ids[0]));
+    let want =
+        trace_breakdown(&traces[&ids[0]], &Options { group_by: GroupBy::Operation, ..Options::default() });
+    assert_eq!(r["traces"][0]["rows"], serde_json::to_value(&want.rows).unwrap());
+    assert_eq!(r["by"], "operation");
+
+    // Shop traces (OTel-SDK-like): rows by service add up; per root-name directions.
+    let shop_ids: Vec<TraceId> = by_trace(&shop).into_keys().collect();
+    let roots: BTreeSet<String> =
+        shop.iter().filter(|s| s.parent_span_id.is_none()).map(|s| s.name.clone()).collect();
+    let rules: Vec<String> = roots.iter().map(|n| format!("{n}: root.name={n}")).collect();
+    let r = s.get_json(&format!(
+        "/api/ui/breakdown?by=service&traces={}&rules={}",
+        list(&shop_ids),
+        enc(&rules.join(";"))
+    ));
+    assert_eq!(r["traces"].as_array().unwrap().len(), shop_ids.len());
+    for t in r["traces"].as_array().unwrap() {
+        assert_eq!(names(&t["rows"]).iter().map(|x| x.1).sum::<u64>(), t["durationNs"].as_u64().unwrap());
+    }
+    let units: u64 = r["directions"].as_array().unwrap().iter().map(|d| d["units"].as_u64().unwrap()).sum();
+    assert_eq!(units, shop_ids.len() as u64, "every shop trace in the direction of its root name");
+    assert_eq!(r["unclassifiedTraces"], 0);
+
+    // A prepared (cached) trace gives the same answer as one read from the store.
+    let cold = s.get_json(&format!("/api/ui/breakdown?traces={}", ids[1]));
+    s.get_json(&format!("/api/ui/trace/{}", ids[1]));
+    let warm = s.get_json(&format!("/api/ui/breakdown?traces={}", ids[1]));
+    assert_eq!(cold["traces"], warm["traces"]);
+    assert_eq!(cold["directions"], warm["directions"]);
+
+    // Unknown traces are listed, bad parameters are 400s naming the parameter.
+    let gone = s.get_json(&format!("/api/ui/breakdown?traces={},0123456789abcdef0123456789abcdef", ids[0]));
+    assert_eq!(gone["missing"], serde_json::json!(["0123456789abcdef0123456789abcdef"]));
+    assert_eq!(gone["traces"].as_array().unwrap().len(), 1);
+    let many: Vec<String> = (1..=501u64).map(|i| format!("{i:032x}")).collect();
+    for (bad, needle) in [
+        (String::new(), "needs trace ids"),
+        ("traces=zz".to_owned(), "traces"),
+        (format!("traces={}", many.join(",")), "more than 500"),
+        (format!("traces={}&by=colour", ids[0]), "parameter by"),
+        (format!("traces={}&wire=some", ids[0]), "parameter wire"),
+        (format!("traces={}&rules={}", ids[0], enc("no label here")), "parameter rules"),
+        (format!("traces={}&rules={}", ids[0], enc("x: a")), "not key=value"),
+    ] {
+        let (st, body) = s.get(&format!("/api/ui/breakdown?{bad}"));
+        assert_eq!(st, 400, "{bad}: {body}");
+        assert!(body.contains(needle), "{bad}: {body}");
+    }
+}
+
+#[test]
+fn breakdown_parameters() {
+    use weft_analyze::breakdown::{GroupBy, WireMode};
+    use weft_server::ui::breakdown::{group_name, parse};
+    let p = |q: &[(&str, &str)]| parse(&q.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+    let a = "0123456789abcdef0123456789abcdef";
+    let r = p(&[("traces", &format!(" {a} ,{a},,ff"))]).unwrap();
+    assert_eq!(r.ids.len(), 2, "duplicates and empty entries dropped");
+    assert_eq!(
+        (r.opts.group_by.clone(), r.opts.wire, r.adjust),
+        (GroupBy::Component, WireMode::Total, false)
+    );
+    assert_eq!(r.classifier.labels(), vec!["all"]);
+    let r = p(&[
+        ("traces", a),
+        ("by", "attr:net.peer.ip"),
+        ("wire", "link"),
+        ("rules", " up: name=a* ;\n\n down: from=x|y ; up: to=z "),
+        ("adjust", "true"),
+    ])
+    .unwrap();
+    assert_eq!(group_name(&r.opts.group_by), "attr:net.peer.ip");
+    assert_eq!((r.opts.wire, r.adjust), (WireMode::PerLink, true));
+    assert_eq!(r.rules, ["up: name=a*", "down: from=x|y", "up: to=z"]);
+    assert_eq!(r.classifier.labels(), vec!["up", "down"]);
+    for g in ["component", "service", "operation", "attr:k"] {
+        assert_eq!(group_name(&p(&[("traces", a), ("by", g)]).unwrap().opts.group_by), g);
+    }
+    let e = p(&[("traces", a), ("by", "attr:")]).unwrap_err();
+    assert!(e.0.contains("malformed parameter by"), "{}", e.0);
+    let too_many: Vec<String> = (0..64).map(|i| format!("r{i}: a=b")).chain(["last: a=b".into()]).collect();
+    let e = p(&[("traces", a), ("rules", &too_many.join(";"))]).unwrap_err();
+    assert!(e.0.contains("at most 64 rules"), "{}", e.0);
+}
+
+proptest::proptest! {
+    /// Any text in any parameter is a request or an error naming that parameter, never a panic.
+    #[test]
+    fn breakdown_parameters_never_panic(
+        key in proptest::sample::select(vec!["by", "wire", "rules", "traces", "adjust"]),
+        v in "[ -~\n→]{0,60}",
+    ) {
+        use weft_server::ui::breakdown::parse;
+        let mut p: HashMap<String, String> = HashMap::new();
+        p.insert("traces".into(), "0123456789abcdef0123456789abcdef".into());
+        p.insert(key.to_owned(), v.clone());
+        match parse(&p) {
+            Ok(r) => {
+                proptest::prop_assert!(!r.ids.is_empty() && r.ids.len() <= 500);
+                proptest::prop_assert!(!r.classifier.labels().is_empty());
+            }
+            Err(e) => {
+                let names_it = e.0.contains(&format!("parameter {key}"))
+                    || (key == "traces" && e.0.contains("needs trace ids"));
+                proptest::prop_assert!(names_it, "{key}={v:?}: {}", e.0);
+            }
+        }
+    }
 }

@@ -160,9 +160,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let demo = if args.demo {
         let dc = weft_server::demo::DemoConfig { rate: args.demo_rate, ..Default::default() };
         println!(
-            "  demo       a simulated shop: {} requests/s, last {} min backfilled",
+            "  demo       a simulated shop: {} requests/s, last {} min backfilled; {} woven SimBricks ping rounds",
             dc.rate,
-            dc.backfill.as_secs() / 60
+            dc.backfill.as_secs() / 60,
+            weft_server::demo::PING_ROUNDS
         );
         let _g = rt.enter();
         Some(weft_server::demo::start(state.clone(), dc))

@@ -1,8 +1,10 @@
 //! The web UI in a real browser: starts the real `weft serve`, loads OpenTelemetry-SDK-like shop
-//! traces, woven simulator requests (host → NIC → network → NIC → host, `caused_by` links across
-//! four traces) and one 100,000-span trace over OTLP/HTTP, then runs `ui_browser.mjs` in node
-//! with playwright-core driving Debian's headless Chromium. Screenshots go to
-//! `<target>/ui-screenshots/`; the large-trace timings are printed (not asserted).
+//! traces, generated woven simulator requests (host → NIC → network → NIC → host, `caused_by`
+//! links across four traces), really woven traces (`weft weave` — the binary — on the synthetic
+//! SimBricks ping's logs, sent with its OTLP/HTTP sink) and one 100,000-span trace over
+//! OTLP/HTTP, then runs `ui_browser.mjs` in node with playwright-core driving Debian's headless
+//! Chromium. Screenshots go to `<target>/ui-screenshots/`; the large-trace timings are printed
+//! (not asserted).
 //!
 //! Peers (installed by `.ci/test`): `chromium` (.ci/apt-packages), `playwright-core`
 //! (.ci/package.json), node.
@@ -76,18 +78,76 @@ fn post(otlp_url: &str, spans: &[Span], chunk: usize) {
     }
 }
 
+/// Ping rounds `weave_ping` weaves.
+const PING_ROUNDS: u64 = 8;
+
+/// Writes the synthetic SimBricks ping's logs (gem5 + nicbm client and server, ns-3 with two
+/// switches; `weft_weave::synth`) with simulated time shown from `first_ns` on, runs
+/// `weft weave` on them with an OTLP/HTTP sink to `otlp_url` and a file, and returns the ping
+/// traces' ids (the 47-span ones, in time order).
+fn weave_ping(dir: &Path, otlp_url: &str, first_ns: u64) -> Vec<TraceId> {
+    use weft_weave::synth::Scenario;
+    // Rounds 20 s apart; sw0's queueing varies per round (the synth's `q`).
+    let s = Scenario { rounds: PING_ROUNDS, period_ps: 20_000_000_000_000, ..Scenario::default() };
+    for (log, bytes) in s.generate() {
+        std::fs::write(dir.join(log.file_name()), bytes).expect("write log");
+    }
+    std::fs::write(dir.join("kernel.syms"), weft_weave::synth::kernel_syms()).expect("write syms");
+    std::fs::write(dir.join("i40e.syms"), weft_weave::synth::i40e_syms()).expect("write syms");
+    let epoch = first_ns - s.start_ps / 1000;
+    let topo = dir.join("topology.toml");
+    std::fs::write(&topo, format!("[run]\nepoch_ns = {epoch}\n\n{}", s.topology("."))).expect("topology");
+    let out_file = dir.join("ping.otlp.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["weave", "--quiet", "--otlp", otlp_url, "--out"])
+        .arg(&out_file)
+        .arg(&topo)
+        .output()
+        .expect("run weft weave");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "weft weave failed: {stderr}");
+    let want = format!("wove {} spans", PING_ROUNDS * 48);
+    assert!(stderr.contains(&want), "{want} in: {stderr}");
+    assert!(stderr.contains("sink otlp-http"), "{stderr}");
+    let file = std::fs::File::open(&out_file).expect("woven file");
+    let mut r = weft_model::codec::stream::reader(
+        weft_model::codec::stream::Format::OtlpJson,
+        std::io::BufReader::new(file),
+        false,
+    )
+    .expect("OTLP JSON reader");
+    let mut spans = Vec::new();
+    while r.next_batch(&mut spans, 1000).expect("woven spans") {}
+    let mut per: std::collections::HashMap<TraceId, (usize, u64)> = Default::default();
+    for sp in &spans {
+        let e = per.entry(sp.trace_id).or_insert((0, u64::MAX));
+        e.0 += 1;
+        e.1 = e.1.min(sp.start_ns);
+    }
+    let mut ping: Vec<(u64, TraceId)> =
+        per.into_iter().filter(|(_, (n, _))| *n > 1).map(|(t, (_, s))| (s, t)).collect();
+    ping.sort();
+    assert_eq!(ping.len() as u64, PING_ROUNDS, "one ping trace per round");
+    ping.into_iter().map(|x| x.1).collect()
+}
+
 fn trace_of(spans: &[Span], pred: impl Fn(&Span) -> bool) -> TraceId {
     spans.iter().find(|s| pred(s)).map(|s| s.trace_id).expect("generated span")
 }
 
-/// The UI's trace endpoint next to the Zipkin v2 trace endpoint for the same 100K-span trace,
-/// in the same run (second reads: both warm).
-fn peer_figures(url: &str, id: &TraceId) -> Vec<String> {
+/// The UI's trace and breakdown endpoints next to the Zipkin v2 trace endpoint for the same
+/// 100K-span trace, and the breakdown of the 300 shop traces next to Zipkin's `traceMany` of
+/// the same traces, in the same run (second reads: all warm).
+fn peer_figures(url: &str, id: &TraceId, shop: &[String]) -> Vec<String> {
     let agent = agent();
     let mut out = Vec::new();
+    let shop = shop.join(",");
     for (what, path) in [
-        ("ui_trace_api", format!("/api/ui/trace/{id}")),
-        ("zipkin_v2_trace_api", format!("/api/v2/trace/{id}")),
+        ("big_trace_ui_trace_api", format!("/api/ui/trace/{id}")),
+        ("big_trace_ui_breakdown_api", format!("/api/ui/breakdown?traces={id}")),
+        ("big_trace_zipkin_v2_trace_api", format!("/api/v2/trace/{id}")),
+        ("shop_300_ui_breakdown_api", format!("/api/ui/breakdown?by=service&traces={shop}")),
+        ("shop_300_zipkin_v2_tracemany_api", format!("/api/v2/traceMany?traceIds={shop}")),
     ] {
         let mut best = f64::MAX;
         let mut bytes = 0;
@@ -98,8 +158,8 @@ fn peer_figures(url: &str, id: &TraceId) -> Vec<String> {
             }
             best = best.min(t.elapsed().as_secs_f64() * 1e3);
         }
-        out.push(format!("metric big_trace_{what}_ms {best:.1}"));
-        out.push(format!("metric big_trace_{what}_mb {:.1}", bytes as f64 / 1e6));
+        out.push(format!("metric {what}_ms {best:.1}"));
+        out.push(format!("metric {what}_kb {:.1}", bytes as f64 / 1e3));
     }
     out
 }
@@ -171,6 +231,10 @@ fn web_ui_in_headless_chromium() {
     let server_tr = trace_of(first, |s| s.name == "rx" && s.service_name() == "nic1");
     let response_net = trace_of(first, |s| s.name == "packet host1 → host0");
 
+    // Really woven traces: `weft weave` on the synthetic SimBricks ping, 8 minutes ago.
+    let ping_dir = tempfile::tempdir().expect("ping dir");
+    let ping = weave_ping(ping_dir.path(), &otlp_url, now - 8 * 60 * 1_000_000_000);
+
     // One 100,000-span trace.
     let big = weft_server::demo::woven::big_trace(3, BIG_SPANS, now - 5 * 60 * 1_000_000_000);
     let big_id = big[0].trace_id;
@@ -186,6 +250,11 @@ fn web_ui_in_headless_chromium() {
         "big": big_id.to_string(),
         "bigSpans": BIG_SPANS,
         "compare": compare,
+        "ping": {
+            "rounds": PING_ROUNDS,
+            "trace": ping[1].to_string(),
+            "traces": ping.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+        },
         "woven": {
             "client": client.to_string(),
             "requestNet": request_net.to_string(),
@@ -218,7 +287,9 @@ fn web_ui_in_headless_chromium() {
     // Measurements go to stderr directly (past the test harness's capture, so a passing run
     // shows them too) and to a file beside the screenshots.
     let mut report: Vec<String> = lines.iter().filter(|l| l.starts_with("metric ")).cloned().collect();
-    report.extend(peer_figures(&server.url, &big_id));
+    let shop_ids: Vec<String> =
+        shop.iter().filter_map(|t| t.first()).map(|s| s.trace_id.to_string()).collect();
+    report.extend(peer_figures(&server.url, &big_id, &shop_ids));
     report.push(format!("screenshots {}", shots.display()));
     let text: String = report.iter().map(|l| format!("ui: {l}\n")).collect();
     {
@@ -232,5 +303,5 @@ fn web_ui_in_headless_chromium() {
         shots.display()
     );
     let passed = lines.iter().filter(|l| l.starts_with("ok ")).count();
-    assert!(passed >= 15, "only {passed} browser steps reported ok");
+    assert!(passed >= 19, "only {passed} browser steps reported ok");
 }

@@ -100,10 +100,23 @@ try {
   const bdRows = await page.locator('.bd-row').count();
   const items = await page.locator('.trace-item').count();
   check(bdRows === items && items > 10, `one breakdown bar per result (${bdRows} of ${items})`);
-  await shot('01b-search-breakdown');
+  check((await page.locator('.breakdown .bd-dir').count()) === 1, 'without rules: one direction bar');
   await page.click('.breakdown [data-by="component"]');
   await page.waitForSelector('.breakdown [data-by="component"].on');
-  ok('breakdown across the search result');
+  check(page.url().includes('bd=component'), 'rows-by is in the URL');
+  // One direction per root span (a preset built from the result).
+  await page.click('.breakdown [data-preset="root"]');
+  await page.waitForFunction(() => (document.querySelector('.breakdown')?.dataset.directions || '').split(',').length > 1);
+  const shopDirs = await page.$eval('.breakdown', (e) => e.dataset.directions.split(','));
+  check(shopDirs.includes('POST /api/checkout'), `directions per root span: ${shopDirs}`);
+  check((await page.locator('.breakdown .bd-bars .bd-dir').count()) === shopDirs.length, 'one bar per direction');
+  check(page.url().includes('bdr='), 'the rules are in the URL');
+  await page.locator('.breakdown .bd-bars .bd-dir', { hasText: 'POST /api/checkout' }).click();
+  await page.waitForSelector('.breakdown table.bd-stats caption:has-text("POST /api/checkout")');
+  const tip = await page.locator('.breakdown .bd-bars .bd-dir.on .stack span').first().getAttribute('title');
+  check(/mean .* median .* p95 .* share/.test(tip), `segment tooltip: ${tip}`);
+  await shot('01b-search-breakdown');
+  ok(`breakdown across the search result (${shopDirs.length} directions by root span)`);
   await go('#/search?service=checkout&lookback=all&limit=20');
   await page.waitForSelector('.trace-item');
   const chips = await page.$$eval('.trace-item', (items) => items.map((i) => i.textContent.includes('checkout')));
@@ -212,6 +225,88 @@ try {
   await page.locator('.row.sel .b-link').first().click();
   await traceReady(w.responseNet);
   ok('row link badge follows across traces');
+
+  // 6b. Really woven traces (`weft weave` on the SimBricks ping): follow one request
+  // host → NIC → network → NIC → host through the real caused_by links inside the trace.
+  step = 'real woven trace';
+  const pg = cfg.ping;
+  await go('#/search?component=server-nic&lookback=all&limit=50');
+  await page.waitForSelector('.trace-item');
+  const pingItems = await page.$$eval('.trace-item', (e) => e.map((x) => x.dataset.trace));
+  check(pingItems.length === pg.rounds && pg.traces.every((t) => pingItems.includes(t)), `search by component server-nic: ${pingItems.length} traces`);
+  await go(`#/trace/${pg.trace}`);
+  await traceReady(pg.trace);
+  const pingArrows = await page.locator('svg.wf-links path.lk').count();
+  check(pingArrows >= 5, `caused_by arrows inside the woven trace (${pingArrows})`);
+  const followHere = async (expectSel) => {
+    await page.locator('aside.detail li.link', { hasText: '← caused_by' }).first().locator('button.follow').click();
+    await page.waitForFunction((want) => {
+      const r = document.querySelector('.row.sel');
+      return r && `${r.querySelector('.svc').textContent}: ${r.querySelector('.nm').textContent}` === want;
+    }, expectSel);
+    await page.waitForSelector('aside.detail:not([hidden]) dl.d-facts');
+  };
+  await clickRow('client', 'HostMmio');
+  await followHere('client-nic: NicMmio');
+  check((await page.locator('aside.detail li.link', { hasText: 'caused_by →' }).count()) >= 1, 'the NIC MMIO names its cause');
+  await clickRow('client-nic', 'NicEth');
+  await followHere('ns3/sw0: NetDevice');
+  await shot('06b-ping-first-hop');
+  // The packet's hops chain parent → child: walk them with the keyboard.
+  await page.focus('.wf-scroll');
+  for (const want of ['ns3/sw0: NetDevice', 'ns3/sw1: NetDevice', 'ns3/sw1: NetDevice']) {
+    await page.keyboard.press('ArrowDown');
+    await page.waitForFunction((w) => {
+      const r = document.querySelector('.row.sel');
+      return r && `${r.querySelector('.svc').textContent}: ${r.querySelector('.nm').textContent}` === w;
+    }, want);
+  }
+  await page.waitForSelector('aside.detail:not([hidden]) table.kv');
+  await page.waitForFunction(() => document.querySelector('aside.detail')?.textContent.includes('to_adapter'));
+  await followHere('server-nic: NicEth');
+  await followHere('server: i40e_msix_clean_rings');
+  await shot('06c-ping-server-host');
+  ok('real woven trace: followed caused_by links client → client-nic → ns3/sw0 → ns3/sw1 → server-nic → server');
+  // The Columbo breakdown of this woven trace: hosts, NICs, switches and wire.
+  step = 'woven breakdown';
+  await page.click('#bd-toggle');
+  await page.waitForSelector('.breakdown .bd-trace .stack span');
+  const pingKeys = await page.$eval('.breakdown', (e) => e.dataset.keys.split(','));
+  for (const k of ['client', 'client-nic', 'ns3/sw0', 'ns3/sw1', 'server-nic', 'server', 'wire']) check(pingKeys.includes(k), `breakdown row ${k} in ${pingKeys}`);
+  check((await page.locator('.breakdown table.bd-one tr.wire').count()) === 1, 'one wire row, drawn as wire');
+  check((await page.locator('.breakdown .bd-trace .stack span.wire').count()) === 1, 'the wire segment is hatched');
+  await shot('08c-ping-breakdown');
+  await page.click('#bd-wire');
+  await page.waitForSelector('.breakdown table.bd-one tr[data-name="wire client→client-nic"]');
+  const links = await page.locator('.breakdown table.bd-one tr.wire').count();
+  check(links >= 5, `wire per link: ${links} links`);
+  check(page.url().includes('bdw=link'), 'wire per link is in the URL');
+  await shot('08d-ping-breakdown-per-link');
+  await page.click('#bd-wire');
+  await page.waitForSelector('.breakdown table.bd-one tr.wire[data-name="wire"]');
+  await page.click('.breakdown [data-preset="flow"]');
+  await page.waitForFunction(() => document.querySelector('.breakdown')?.dataset.directions === 'request,response');
+  check((await page.locator('.breakdown .bd-bars .bd-dir').count()) === 2, 'request and response halves of this trace');
+  await shot('08e-ping-breakdown-directions');
+  ok(`woven breakdown: ${pingKeys.length} rows, wire per link, request / response`);
+  // Across all woven pings: one bar per direction with mean/median/p95 per component.
+  await go('#/search?component=server-nic&lookback=all&limit=50&bd=component');
+  await page.waitForSelector('.bd-row');
+  check((await page.locator('.bd-row').count()) === pg.rounds, 'one bar per woven trace');
+  await page.click('.breakdown [data-preset="flow"]');
+  await page.waitForFunction(() => document.querySelector('.breakdown')?.dataset.directions === 'request,response');
+  const req = await page.$$eval('.breakdown table.bd-stats tbody tr', (rows) => rows.map((r) => [r.dataset.name || 'end-to-end', [...r.querySelectorAll('td.num')].map((t) => t.textContent)]));
+  const sw0 = req.find((r) => r[0] === 'ns3/sw0');
+  check(sw0 && sw0[1].length >= 6, `request table row for ns3/sw0: ${JSON.stringify(sw0)}`);
+  check(req.some((r) => r[0] === 'wire') && req.some((r) => r[0] === 'end-to-end'), 'wire and end-to-end rows');
+  // Requests queue in sw0's uplink (the scenario varies it per round); responses pass sw0 at once.
+  check(sw0[1][0] !== '0 ns', `requests spend time in sw0: mean ${sw0[1][0]}`);
+  await shot('08f-ping-search-breakdown');
+  await page.locator('.breakdown .bd-bars .bd-dir', { hasText: 'response' }).click();
+  await page.waitForSelector('.breakdown table.bd-stats caption:has-text("response")');
+  const respSw0 = await page.$$eval('.breakdown table.bd-stats tbody tr[data-name="ns3/sw0"] td.num', (t) => t.map((x) => x.textContent));
+  check(respSw0[0] === '0 ns', `responses pass sw0 without queueing: mean ${respSw0[0]}`);
+  ok(`woven breakdown across ${pg.rounds} traces: request / response, ${req.length} rows`);
 
   // 7. SQL console.
   step = 'sql';
