@@ -623,6 +623,12 @@ impl Segment {
         Calibration::REALTIME
     }
 
+    /// Bytes of published registry descriptors: changes exactly when tracepoints are added, so
+    /// a consumer re-reads [`Segment::registry`] only then.
+    pub fn registry_len(&self) -> u64 {
+        self.hdr_u64(OFF_REGISTRY_LEN)
+    }
+
     /// Every exported tracepoint with its current state.
     pub fn registry(&self) -> Result<Vec<TracepointInfo>, ConsumerError> {
         let g = self.geo;

@@ -1,0 +1,4 @@
+//! weft-agent integration tests (one binary).
+
+mod convert;
+mod spool;
