@@ -31,6 +31,10 @@ enum Command {
     Query(cmd::query::Args),
     /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
     Loadgen(cmd::loadgen::Args),
+    /// Run the per-node agent: drain weft-probe rings, ship spans, take tracepoint commands.
+    Agent(cmd::agent::Args),
+    /// List, enable or disable the weft-probe tracepoints of local processes.
+    Probes(cmd::probes::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -44,6 +48,8 @@ fn main() -> std::process::ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
+        Command::Probes(a) => cmd::probes::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
