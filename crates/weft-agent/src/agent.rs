@@ -70,6 +70,8 @@ pub struct AgentConfig {
     pub linger: Duration,
     /// Sender timeout per request.
     pub send_timeout: Duration,
+    /// gzip batches (less disk and network, more agent CPU).
+    pub compress: bool,
 }
 
 /// The host name (`gethostname`), or `"localhost"`.
@@ -105,6 +107,7 @@ impl AgentConfig {
             control_wait: Duration::from_secs(2),
             linger: Duration::from_secs(2),
             send_timeout: Duration::from_secs(10),
+            compress: true,
         }
     }
 }
@@ -281,6 +284,8 @@ struct Source {
     registry_len: u64,
     asm: Assembler,
     cursors: Vec<u64>,
+    /// Per ring: the tail last committed.
+    tails: Vec<u64>,
     /// Per ring: records before this were delivered before a restart (replayed silently).
     replay_until: Vec<u64>,
     replaying: bool,
@@ -304,6 +309,8 @@ struct DrainLoop {
     logged: HashSet<String>,
     /// Assembler counters of sources already removed.
     removed: crate::convert::AsmStats,
+    /// Records the removed processes dropped (full rings, no ring).
+    removed_drops: u64,
 }
 
 fn file_stamp(p: &Path) -> u64 {
@@ -330,6 +337,7 @@ impl DrainLoop {
             dirty: false,
             logged: HashSet::new(),
             removed: crate::convert::AsmStats::default(),
+            removed_drops: 0,
         }
     }
 
@@ -425,6 +433,7 @@ impl DrainLoop {
             seg,
             asm,
             cursors: pos.iter().map(|p| p.tail).collect(),
+            tails: pos.iter().map(|p| p.tail).collect(),
             replay_until: pos.iter().map(|p| p.mark).collect(),
             replaying,
             records: 0,
@@ -467,6 +476,7 @@ impl DrainLoop {
             let src = self.sources.remove(i);
             let Source { seg, path, asm, .. } = src;
             add_stats(&mut self.removed, &asm.stats());
+            self.removed_drops += seg.stats().dropped();
             match seg.remove() {
                 Ok(()) => {
                     self.metrics.segments_removed.fetch_add(1, Ordering::Relaxed);
@@ -478,8 +488,8 @@ impl DrainLoop {
         self.publish();
     }
 
-    /// Read every ring of source `i`; returns true when a quarter ring or more came in at once
-    /// (flush early, so the producer gets its space back).
+    /// Read every ring of source `i`; returns true when a ring holds more than a quarter of its
+    /// capacity that could be released (flush early, so the producer gets its space back).
     fn read_source(&mut self, i: usize, now_ns: u64) -> bool {
         let src = &mut self.sources[i];
         if src.seg.registry_len() != src.registry_len {
@@ -537,7 +547,9 @@ impl DrainLoop {
                 self.dirty = true;
             }
             src.cursors[r] = next;
-            if next.wrapping_sub(from) > cap / 4 {
+            // the producer's free space is what lies before the committed tail: give it back
+            // early when a quarter of the ring is held
+            if next.wrapping_sub(src.tails[r]) > cap / 4 {
                 pressure = true;
             }
         }
@@ -554,8 +566,8 @@ impl DrainLoop {
         self.dirty = false;
         let spans = std::mem::take(&mut self.pending);
         for chunk in spans.chunks(self.cfg.max_batch_spans.max(1)) {
-            let body = encode_batch(chunk);
-            match self.spool.append(&body, chunk.len() as u32) {
+            let body = encode_batch(chunk, self.cfg.compress);
+            match self.spool.append(&body, chunk.len() as u32, self.cfg.compress) {
                 Ok(Appended::Stored { .. }) => {
                     self.metrics.batches_spooled.fetch_add(1, Ordering::Relaxed);
                 }
@@ -576,8 +588,9 @@ impl DrainLoop {
                 let tail = src.asm.release_point(r, cursor, cap);
                 // while replaying, the stored mark is still ahead of the cursor: keep it
                 let mark = cursor.max(src.replay_until[r]);
-                if let Err(e) = src.seg.commit(r, tail, mark) {
-                    tracing::warn!(error = %e, "cannot commit ring positions");
+                match src.seg.commit(r, tail, mark) {
+                    Ok(()) => src.tails[r] = tail,
+                    Err(e) => tracing::warn!(error = %e, "cannot commit ring positions"),
                 }
             }
         }
@@ -588,8 +601,10 @@ impl DrainLoop {
         let mut reports = Vec::with_capacity(self.sources.len());
         let mut open = 0u64;
         let mut totals = self.removed;
+        let mut drops = self.removed_drops;
         for src in &mut self.sources {
             let st = src.seg.stats();
+            drops += st.dropped();
             let a = src.asm.stats();
             open += src.asm.open_spans() as u64;
             add_stats(&mut totals, &a);
@@ -625,6 +640,7 @@ impl DrainLoop {
         m.open_spans.store(open, Ordering::Relaxed);
         m.set_processes(reports);
         m.set_spool(self.spool.stats());
+        m.records_dropped.store(drops, Ordering::Relaxed);
         m.spans_built.store(totals.spans, Ordering::Relaxed);
         m.event_spans.store(totals.event_spans, Ordering::Relaxed);
         m.spans_incomplete.store(totals.incomplete, Ordering::Relaxed);
@@ -646,9 +662,13 @@ fn add_stats(t: &mut crate::convert::AsmStats, a: &crate::convert::AsmStats) {
     t.truncated += a.truncated;
 }
 
-/// OTLP `ExportTraceServiceRequest` protobuf, gzip-compressed (what the sender posts).
-pub fn encode_batch(spans: &[Span]) -> Vec<u8> {
+/// OTLP `ExportTraceServiceRequest` protobuf, gzip-compressed when `gzip` (what the sender
+/// posts).
+pub fn encode_batch(spans: &[Span], gzip: bool) -> Vec<u8> {
     let raw = weft_model::codec::otlp::encode_proto(spans);
+    if !gzip {
+        return raw;
+    }
     let mut gz =
         flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4 + 64), flate2::Compression::fast());
     if gz.write_all(&raw).is_err() {
@@ -658,7 +678,10 @@ pub fn encode_batch(spans: &[Span]) -> Vec<u8> {
 }
 
 /// Decode what [`encode_batch`] made (tests, tools).
-pub fn decode_batch(body: &[u8]) -> Result<Vec<Span>, String> {
+pub fn decode_batch(body: &[u8], gzip: bool) -> Result<Vec<Span>, String> {
+    if !gzip {
+        return weft_model::codec::otlp::decode_proto(body).map_err(|e| e.to_string());
+    }
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(body).read_to_end(&mut raw).map_err(|e| format!("gzip: {e}"))?;
     weft_model::codec::otlp::decode_proto(&raw).map_err(|e| e.to_string())

@@ -85,7 +85,7 @@ pub fn run_poller(
     let wait = Duration::from_secs(5);
     let agent = http(wait + Duration::from_secs(10));
     let url = link.url("/api/control/poll");
-    let mut after = 0u64;
+    let mut after: Option<u64> = None;
     let mut results: Vec<(u64, CommandResult)> = Vec::new();
     let mut backoff = Duration::from_millis(200);
     let mut last_complaint = String::new();
@@ -109,7 +109,7 @@ pub fn run_poller(
                 match serde_json::from_slice::<PollResponse>(&bytes) {
                     Ok(resp) => {
                         results.clear();
-                        after = resp.cursor;
+                        after = Some(resp.cursor);
                         for q in resp.commands {
                             tracing::info!(id = q.id, op = q.command.op.as_str(), selector = ?q.command.selector, "control command from the collector");
                             metrics.control_requests.fetch_add(1, Ordering::Relaxed);

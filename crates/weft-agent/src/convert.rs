@@ -32,7 +32,7 @@
 //! ([`Assembler::release_point`]), so the agent never releases records it would need to rebuild
 //! an open span after its own restart; records before the consumer bookmark are replayed with
 //! `replay = true`, which rebuilds state but emits nothing that was emitted before. A pin that
-//! holds more than half a ring is released (counted in [`AsmStats::pins_released`]) so a
+//! holds more than a quarter of a ring is released (counted in [`AsmStats::pins_released`]) so a
 //! long-running span never makes the producer drop records.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -158,7 +158,7 @@ pub struct AsmStats {
     pub incomplete: u64,
     /// Open spans emitted early because of `max_open`.
     pub evicted: u64,
-    /// Pins released because they held more than half a ring.
+    /// Pins released because they held more than a quarter of a ring.
     pub pins_released: u64,
     /// Records whose tracepoint id was not in the registry.
     pub unknown_tracepoint: u64,
@@ -305,13 +305,13 @@ impl Assembler {
     }
 
     /// Where ring `ring`'s tail may move, given that everything before `cursor` was processed:
-    /// the first record of the oldest open span in that ring, but never more than half the ring
-    /// (`capacity / 2`) behind `cursor` (older pins are released and counted).
+    /// the first record of the oldest open span in that ring, but never more than a quarter of
+    /// the ring (`capacity / 4`) behind `cursor` (older pins are released and counted).
     pub fn release_point(&mut self, ring: usize, cursor: u64, capacity: u64) -> u64 {
         let Some(m) = self.pins.get_mut(ring) else { return cursor };
         loop {
             let Some((&pos, &span)) = m.iter().next() else { return cursor };
-            if cursor.wrapping_sub(pos) <= capacity / 2 {
+            if cursor.wrapping_sub(pos) <= capacity / 4 {
                 return pos;
             }
             m.remove(&pos);

@@ -16,6 +16,8 @@ pub struct Metrics {
     pub segments_removed: AtomicU64,
     pub attach_errors: AtomicU64,
     pub records: AtomicU64,
+    /// Records the processes dropped (full ring or no ring), including exited processes.
+    pub records_dropped: AtomicU64,
     pub record_errors: AtomicU64,
     pub skipped_bytes: AtomicU64,
     pub spans_built: AtomicU64,

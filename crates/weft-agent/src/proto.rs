@@ -153,7 +153,7 @@ impl From<&weft_probe::TracepointInfo> for TracepointEntry {
             name: t.name.clone(),
             level: t.level.as_str().to_string(),
             group: t.group.clone(),
-            fields: t.fields.clone(),
+            fields: t.fields.trim_end_matches(',').to_string(),
             enabled: t.enabled,
             always_on: t.always_on(),
             span: t.is_span(),
@@ -213,9 +213,10 @@ pub struct QueuedCommand {
 pub struct PollRequest {
     pub agent: String,
     pub host: String,
-    /// The id of the last command this agent received (0 on its first poll: the collector then
+    /// The cursor of the last answer (`None` on the agent's first poll: the collector then
     /// answers with its current cursor and no old commands).
-    pub after: u64,
+    #[serde(default)]
+    pub after: Option<u64>,
     /// Results of commands executed since the last poll, by command id.
     #[serde(default)]
     pub results: Vec<(u64, CommandResult)>,

@@ -1,5 +1,5 @@
 //! The sender: takes batches from the [`Spool`] in order and posts them to the collector's
-//! OTLP/HTTP receiver (`POST /v1/traces`, protobuf, gzip), acknowledging each in the spool only
+//! OTLP/HTTP receiver (`POST /v1/traces`, protobuf, gzip unless `--no-compress`), acknowledging each in the spool only
 //! after the collector answered 200 (which `weft serve` sends after the durable append).
 //!
 //! | answer | what the sender does |
@@ -58,11 +58,11 @@ pub enum Outcome {
 
 /// Post one batch.
 pub fn send(agent: &ureq::Agent, url: &str, b: &Batch) -> Outcome {
-    let res = agent
-        .post(url)
-        .header("Content-Type", "application/x-protobuf")
-        .header("Content-Encoding", "gzip")
-        .send(&b.payload[..]);
+    let mut req = agent.post(url).header("Content-Type", "application/x-protobuf");
+    if b.gzip {
+        req = req.header("Content-Encoding", "gzip");
+    }
+    let res = req.send(&b.payload[..]);
     let mut resp = match res {
         Ok(r) => r,
         Err(e) => return Outcome::Retry { reason: e.to_string(), after: None },

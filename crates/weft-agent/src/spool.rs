@@ -11,12 +11,12 @@
 //!
 //! | off | type | field |
 //! |---|---|---|
-//! | 0 | u32 LE | magic `0x31505357` (`"WSP1"`) |
+//! | 0 | u32 LE | magic `"WSP1"` (payload gzip-compressed) or `"WSP0"` (not compressed) |
 //! | 4 | u32 LE | payload length |
 //! | 8 | u32 LE | CRC-32 of bytes 12.. (span count, sequence number, payload) |
 //! | 12 | u32 LE | spans in the batch |
 //! | 16 | u64 LE | sequence number |
-//! | 24 | … | payload (an OTLP `ExportTraceServiceRequest`, gzip-compressed) |
+//! | 24 | … | payload (an OTLP `ExportTraceServiceRequest`) |
 //!
 //! `DIR/cursor` holds `v1 <chunk> <offset> <next seq>`: the first record not acknowledged yet
 //! and the next sequence number (replaced atomically after each acknowledgement). On open, records from the cursor on are checked; a
@@ -40,7 +40,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// Record magic: payload gzip-compressed (`"WSP1"`).
 const MAGIC: u32 = 0x3150_5357;
+/// Record magic: payload not compressed (`"WSP0"`).
+const MAGIC_RAW: u32 = 0x3050_5357;
 /// Bytes of a record header.
 pub const RECORD_HEADER: usize = 24;
 
@@ -124,6 +127,8 @@ pub struct SpoolStats {
 pub struct Batch {
     pub seq: u64,
     pub spans: u32,
+    /// The payload is gzip-compressed.
+    pub gzip: bool,
     pub payload: Vec<u8>,
     chunk: u64,
     offset: u64,
@@ -170,6 +175,7 @@ fn chunk_path(dir: &Path, id: u64) -> PathBuf {
 }
 
 struct Header {
+    gzip: bool,
     len: u32,
     crc: u32,
     spans: u32,
@@ -178,12 +184,14 @@ struct Header {
 
 fn parse_header(h: &[u8; RECORD_HEADER]) -> Option<Header> {
     let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-    if u32_at(0) != MAGIC {
-        return None;
-    }
+    let gzip = match u32_at(0) {
+        MAGIC => true,
+        MAGIC_RAW => false,
+        _ => return None,
+    };
     let mut s = [0u8; 8];
     s.copy_from_slice(&h[16..24]);
-    Some(Header { len: u32_at(4), crc: u32_at(8), spans: u32_at(12), seq: u64::from_le_bytes(s) })
+    Some(Header { gzip, len: u32_at(4), crc: u32_at(8), spans: u32_at(12), seq: u64::from_le_bytes(s) })
 }
 
 fn crc_of(spans: u32, seq: u64, payload: &[u8]) -> u32 {
@@ -195,9 +203,9 @@ fn crc_of(spans: u32, seq: u64, payload: &[u8]) -> u32 {
 }
 
 /// Encode one record (header + payload).
-pub fn encode_record(seq: u64, spans: u32, payload: &[u8]) -> Vec<u8> {
+pub fn encode_record(seq: u64, spans: u32, gzip: bool, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(RECORD_HEADER + payload.len());
-    v.extend_from_slice(&MAGIC.to_le_bytes());
+    v.extend_from_slice(&(if gzip { MAGIC } else { MAGIC_RAW }).to_le_bytes());
     v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     v.extend_from_slice(&crc_of(spans, seq, payload).to_le_bytes());
     v.extend_from_slice(&spans.to_le_bytes());
@@ -206,8 +214,8 @@ pub fn encode_record(seq: u64, spans: u32, payload: &[u8]) -> Vec<u8> {
     v
 }
 
-/// A record read from a chunk: sequence number, span count, payload, offset of the next one.
-type RawRecord = (u64, u32, Vec<u8>, u64);
+/// A record read from a chunk: sequence number, span count, gzip, payload, next offset.
+type RawRecord = (u64, u32, bool, Vec<u8>, u64);
 
 /// Read and check the record at `off` of a chunk of `size` bytes: `Ok(Some(record))`,
 /// `Ok(None)` at the end, `Err(reason)` when torn or corrupt.
@@ -231,7 +239,7 @@ fn read_record(f: &File, off: u64, size: u64, max_len: u64) -> Result<Option<Raw
     if crc_of(hd.spans, hd.seq, &payload) != hd.crc {
         return Err(format!("record at offset {off}: CRC mismatch"));
     }
-    Ok(Some((hd.seq, hd.spans, payload, end)))
+    Ok(Some((hd.seq, hd.spans, hd.gzip, payload, end)))
 }
 
 impl Spool {
@@ -281,7 +289,7 @@ impl Spool {
             let mut off = if id == read_chunk { read_offset.min(size) } else { 0 };
             loop {
                 match read_record(&f, off, size, cfg.limit_bytes) {
-                    Ok(Some((seq, spans, _, next))) => {
+                    Ok(Some((seq, spans, _, _, next))) => {
                         stats.pending_batches += 1;
                         stats.pending_spans += spans as u64;
                         next_seq = next_seq.max(seq + 1);
@@ -331,8 +339,9 @@ impl Spool {
         self.lock().cfg.dir.clone()
     }
 
-    /// Append a batch of `spans` spans. Never blocks on the sender.
-    pub fn append(&self, payload: &[u8], spans: u32) -> Result<Appended, SpoolError> {
+    /// Append a batch of `spans` spans (`gzip`: the payload is gzip-compressed). Never blocks
+    /// on the sender.
+    pub fn append(&self, payload: &[u8], spans: u32, gzip: bool) -> Result<Appended, SpoolError> {
         let mut g = self.lock();
         let rec_len = (RECORD_HEADER + payload.len()) as u64;
         if rec_len > g.cfg.limit_bytes / 2 {
@@ -387,7 +396,7 @@ impl Spool {
             g.writer = Some(f);
         }
         let seq = g.next_seq;
-        let rec = encode_record(seq, spans, payload);
+        let rec = encode_record(seq, spans, gzip, payload);
         let (id, fsync) = (g.chunks.back().map_or(0, |c| c.id), g.cfg.fsync);
         let path = chunk_path(&g.cfg.dir, id);
         let res = match g.writer.as_mut() {
@@ -499,10 +508,11 @@ impl Inner {
             }
             let Some((_, f)) = self.reader.as_ref() else { return Ok(None) };
             match read_record(f, self.read_offset, front.size, self.cfg.limit_bytes) {
-                Ok(Some((seq, spans, payload, next))) => {
+                Ok(Some((seq, spans, gzip, payload, next))) => {
                     return Ok(Some(Batch {
                         seq,
                         spans,
+                        gzip,
                         payload,
                         chunk: front.id,
                         offset: self.read_offset,
@@ -560,7 +570,7 @@ impl Inner {
     fn count_from(&self, id: u64, mut off: u64, size: u64) -> (u64, u64) {
         let Ok(f) = File::open(chunk_path(&self.cfg.dir, id)) else { return (0, 0) };
         let (mut b, mut s) = (0, 0);
-        while let Ok(Some((_, spans, _, next))) = read_record(&f, off, size, self.cfg.limit_bytes) {
+        while let Ok(Some((_, spans, _, _, next))) = read_record(&f, off, size, self.cfg.limit_bytes) {
             b += 1;
             s += spans as u64;
             off = next;

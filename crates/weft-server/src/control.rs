@@ -16,7 +16,7 @@
 //! a malformed command gets 400 naming the field. The collector keeps the last
 //! [`MAX_COMMANDS`] commands and [`MAX_AGENTS`] agents (the staler ones go first).
 //!
-//! An agent's first poll (`after = 0`) only learns the current cursor: commands are for the
+//! An agent's first poll (no `after`) only learns the current cursor: commands are for the
 //! processes running when they are issued, not replayed to agents that connect later.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -519,20 +519,20 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
     if got_results {
         c.notify.notify_waiters();
     }
-    if req.after == 0 {
+    let Some(after) = req.after else {
         let cursor = c.lock().next_id - 1;
         return json(StatusCode::OK, &PollResponse { cursor, commands: Vec::new() });
-    }
+    };
     let deadline = tokio::time::Instant::now() + Duration::from_millis(req.wait_ms.min(30_000));
     loop {
         let notified = c.notify.notified();
         let (commands, cursor) = {
             let mut hub = c.lock();
             ControlHub::seen(&mut hub, &req.agent, &req.host, true);
-            (pending_for(&hub, &req.agent, req.after), hub.next_id - 1)
+            (pending_for(&hub, &req.agent, after), hub.next_id - 1)
         };
         if !commands.is_empty() || tokio::time::Instant::now() >= deadline {
-            let cursor = commands.last().map(|q| q.id).unwrap_or(cursor.max(req.after));
+            let cursor = commands.last().map(|q| q.id).unwrap_or(cursor.max(after));
             return json(StatusCode::OK, &PollResponse { cursor, commands });
         }
         let _ = tokio::time::timeout_at(deadline, notified).await;

@@ -18,7 +18,7 @@ fn batches_come_out_in_order_and_survive_a_reopen() {
     let d = tempfile::tempdir().unwrap();
     let s = Spool::open(cfg(d.path(), 1 << 20, 4096, FullPolicy::DropOldest)).unwrap();
     for i in 0..50u64 {
-        assert_eq!(s.append(&payload(i, 300), i as u32).unwrap(), Appended::Stored { seq: i });
+        assert_eq!(s.append(&payload(i, 300), i as u32, true).unwrap(), Appended::Stored { seq: i });
     }
     // next() peeks: the same batch until acknowledged
     let a = s.next(Duration::ZERO).unwrap().unwrap();
@@ -39,10 +39,11 @@ fn batches_come_out_in_order_and_survive_a_reopen() {
     let s = Spool::open(cfg(d.path(), 1 << 20, 4096, FullPolicy::DropOldest)).unwrap();
     assert_eq!(s.stats().pending_batches, 30);
     assert_eq!(s.stats().pending_spans, (20..50u64).sum::<u64>());
-    assert_eq!(s.append(b"late", 1).unwrap(), Appended::Stored { seq: 50 });
+    assert_eq!(s.append(b"late", 1, false).unwrap(), Appended::Stored { seq: 50 });
     let mut seen = Vec::new();
     while let Some(b) = s.next(Duration::ZERO).unwrap() {
         seen.push(b.seq);
+        assert_eq!(b.gzip, b.seq != 50, "the compression flag travels with the batch");
         s.ack(&b).unwrap();
     }
     assert_eq!(seen, (20..51).collect::<Vec<_>>());
@@ -61,7 +62,7 @@ fn the_bound_holds_and_drops_are_counted() {
         let s = Spool::open(cfg(d.path(), limit, 8 * 1024, policy)).unwrap();
         let mut stored = Vec::new();
         for i in 0..400u64 {
-            if let Appended::Stored { seq } = s.append(&payload(i, 1000), 10).unwrap() {
+            if let Appended::Stored { seq } = s.append(&payload(i, 1000), 10, true).unwrap() {
                 stored.push(seq);
             }
             let on_disk: u64 = std::fs::read_dir(d.path())
@@ -99,10 +100,10 @@ fn the_bound_holds_and_drops_are_counted() {
 fn a_batch_in_flight_when_its_chunk_is_dropped_counts_as_delivered() {
     let d = tempfile::tempdir().unwrap();
     let s = Spool::open(cfg(d.path(), 16 * 1024, 4096, FullPolicy::DropOldest)).unwrap();
-    s.append(&payload(0, 1000), 7).unwrap();
+    s.append(&payload(0, 1000), 7, true).unwrap();
     let inflight = s.next(Duration::ZERO).unwrap().unwrap();
     for i in 1..40 {
-        s.append(&payload(i, 1000), 7).unwrap();
+        s.append(&payload(i, 1000), 7, true).unwrap();
     }
     let before = s.stats();
     assert!(before.dropped_batches > 0);
@@ -119,7 +120,7 @@ fn torn_and_corrupt_records_are_cut_and_counted() {
     {
         let s = Spool::open(cfg(d.path(), 1 << 20, 1 << 16, FullPolicy::DropOldest)).unwrap();
         for i in 0..5u64 {
-            s.append(&payload(i, 100), 1).unwrap();
+            s.append(&payload(i, 100), 1, true).unwrap();
         }
     }
     let chunk = std::fs::read_dir(d.path())
@@ -145,7 +146,7 @@ fn torn_and_corrupt_records_are_cut_and_counted() {
     }
     assert_eq!(got, vec![0, 1, 2]);
     // the spool keeps working after the cut
-    assert!(matches!(s.append(b"x", 1).unwrap(), Appended::Stored { .. }));
+    assert!(matches!(s.append(b"x", 1, true).unwrap(), Appended::Stored { .. }));
 }
 
 #[derive(Debug, Clone)]
@@ -183,7 +184,7 @@ proptest! {
         for o in ops {
             match o {
                 Op::Append(n) => {
-                    if let Appended::Stored { .. } = s.append(&vec![7u8; n as usize], 1).unwrap() {
+                    if let Appended::Stored { .. } = s.append(&vec![7u8; n as usize], 1, true).unwrap() {
                         appended += 1;
                     } else {
                         appended += 1;

@@ -58,6 +58,9 @@ pub struct Args {
     /// Do not serve the local control socket (`weft probes` then works on the segments directly).
     #[arg(long)]
     pub no_socket: bool,
+    /// Send batches uncompressed (less agent CPU; for a collector on the same host).
+    #[arg(long)]
+    pub no_compress: bool,
     /// At exit, how long to keep sending what is spooled.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub linger: Duration,
@@ -119,6 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cfg.max_batch_spans = args.max_batch_spans.max(1);
     cfg.socket = !args.no_socket;
     cfg.linger = args.linger;
+    cfg.compress = !args.no_compress;
     let collector = cfg.collector.clone();
     let control = cfg.control_token.is_some();
     let spool_limit = cfg.spool.limit_bytes;
