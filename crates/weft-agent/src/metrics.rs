@@ -122,6 +122,12 @@ impl Metrics {
         );
         c("weft_agent_records_total", "Probe records read.", "counter", g(&self.records));
         c(
+            "weft_agent_records_dropped_total",
+            "Records the processes dropped (full ring, no ring), exited ones included.",
+            "counter",
+            g(&self.records_dropped),
+        );
+        c(
             "weft_agent_record_errors_total",
             "Corrupt records or ring headers (the rest of the ring was skipped).",
             "counter",

@@ -135,8 +135,9 @@ fn await_listening(name: &str, child: &mut Child) -> std::io::Result<SocketAddr>
         let mut sent = false;
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { break };
-            if !sent && let Some(a) = line.strip_prefix("LISTENING ") {
-                let _ = tx.send(a.trim().to_string());
+            // (a test harness may print on the same line first)
+            if !sent && let Some(i) = line.find("LISTENING ") {
+                let _ = tx.send(line[i + "LISTENING ".len()..].trim().to_string());
                 sent = true;
             }
         }
