@@ -189,8 +189,8 @@ impl Agent {
         let socket = if cfg.socket {
             let path = control::socket_path(&cfg.probe_dir);
             let l = control::bind(&path)?;
-            let (s, e) = (stop.clone(), exec.clone());
-            others.push(spawn("weft-agent-socket", move || control::serve(l, s, 16, e)));
+            let (s, e, r) = (stop.clone(), exec.clone(), metrics.control_errors.clone());
+            others.push(spawn("weft-agent-socket", move || control::serve(l, s, 16, e, r)));
             Some(path)
         } else {
             None
@@ -222,9 +222,9 @@ impl Agent {
             let (l2, m, s, every) = (link.clone(), metrics.clone(), stop.clone(), cfg.report_interval);
             others.push(spawn("weft-agent-report", move || crate::collector::run_reporter(l2, m, s, every)));
             if cfg.control_token.is_some() {
-                let (m, s, e) = (metrics.clone(), stop.clone(), exec.clone());
+                let (s, e) = (stop.clone(), exec.clone());
                 // not joined at shutdown: a long poll may be in flight
-                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, m, s, e));
+                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e));
             }
         }
         let drain = {

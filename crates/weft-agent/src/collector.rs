@@ -77,7 +77,6 @@ pub fn run_reporter(link: Link, metrics: Arc<Metrics>, stop: Arc<AtomicBool>, in
 /// poll; until `stop`. Results that could not be delivered are kept for the next poll.
 pub fn run_poller(
     link: Link,
-    metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
     exec: Arc<dyn Fn(&ProbeCommand) -> CommandResult + Send + Sync>,
 ) {
@@ -112,12 +111,8 @@ pub fn run_poller(
                         after = Some(resp.cursor);
                         for q in resp.commands {
                             tracing::info!(id = q.id, op = q.command.op.as_str(), selector = ?q.command.selector, "control command from the collector");
-                            metrics.control_requests.fetch_add(1, Ordering::Relaxed);
-                            let out = exec(&q.command);
-                            if out.error.is_some() {
-                                metrics.control_errors.fetch_add(1, Ordering::Relaxed);
-                            }
-                            results.push((q.id, out));
+                            // (exec counts the request and its outcome)
+                            results.push((q.id, exec(&q.command)));
                         }
                         backoff = Duration::from_millis(200);
                         last_complaint.clear();

@@ -14,13 +14,13 @@
 //! [`MAX_MESSAGE_BYTES`]), one JSON [`LocalReply`] per line back. A malformed line gets
 //! `{"ok": false, "error": "..."}` naming the problem; the connection stays usable.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use weft_probe::consumer::{self, Segment};
@@ -202,8 +202,9 @@ fn memchr_nl(b: &[u8]) -> Option<usize> {
     b.iter().position(|&c| c == b'\n')
 }
 
-/// Handle one control connection (a sequence of lines).
-pub fn handle(stream: UnixStream, exec: &dyn Fn(&ProbeCommand) -> CommandResult) {
+/// Handle one control connection (a sequence of lines); refused messages are counted in
+/// `refused`.
+pub fn handle(stream: UnixStream, exec: &dyn Fn(&ProbeCommand) -> CommandResult, refused: &AtomicU64) {
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
@@ -218,6 +219,7 @@ pub fn handle(stream: UnixStream, exec: &dyn Fn(&ProbeCommand) -> CommandResult)
         w.write_all(&v).is_ok()
     };
     if peer_uid(&stream) != Some(me) {
+        refused.fetch_add(1, Ordering::Relaxed);
         reply(
             &mut w,
             &LocalReply {
@@ -228,23 +230,29 @@ pub fn handle(stream: UnixStream, exec: &dyn Fn(&ProbeCommand) -> CommandResult)
         );
         return;
     }
-    let mut r = BufReader::new(stream.take(u64::MAX));
+    let mut r = BufReader::new(stream);
     loop {
         let line = match read_line_bounded(&mut r, MAX_MESSAGE_BYTES) {
             Ok(Some(l)) => l,
             Ok(None) | Err(_) => return,
         };
         let rep = match line {
-            Err(n) => LocalReply {
-                ok: false,
-                error: Some(format!(
-                    "control message of {n} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes"
-                )),
-                result: None,
-            },
+            Err(n) => {
+                refused.fetch_add(1, Ordering::Relaxed);
+                LocalReply {
+                    ok: false,
+                    error: Some(format!(
+                        "control message of {n} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes"
+                    )),
+                    result: None,
+                }
+            }
             Ok(l) if l.iter().all(u8::is_ascii_whitespace) => continue,
             Ok(l) => match ProbeCommand::parse(&l) {
-                Err(e) => LocalReply { ok: false, error: Some(e.to_string()), result: None },
+                Err(e) => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    LocalReply { ok: false, error: Some(e.to_string()), result: None }
+                }
                 Ok(cmd) => {
                     let res = exec(&cmd);
                     LocalReply { ok: res.error.is_none(), error: res.error.clone(), result: Some(res) }
@@ -263,6 +271,7 @@ pub fn serve(
     stop: Arc<AtomicBool>,
     max_conns: usize,
     exec: Arc<dyn Fn(&ProbeCommand) -> CommandResult + Send + Sync>,
+    refused: Arc<AtomicU64>,
 ) {
     let active = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
@@ -275,9 +284,9 @@ pub fn serve(
                     continue;
                 }
                 active.fetch_add(1, Ordering::Relaxed);
-                let (a, e) = (active.clone(), exec.clone());
+                let (a, e, r) = (active.clone(), exec.clone(), refused.clone());
                 let spawned = std::thread::Builder::new().name("weft-agent-ctl".into()).spawn(move || {
-                    handle(s, &*e);
+                    handle(s, &*e, &r);
                     a.fetch_sub(1, Ordering::Relaxed);
                 });
                 if spawned.is_err() {

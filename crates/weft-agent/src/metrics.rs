@@ -3,8 +3,8 @@
 //! the collector).
 
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::proto::{AgentReport, PipelineReport, ProcessReport};
 use crate::spool::SpoolStats;
@@ -40,7 +40,8 @@ pub struct Metrics {
     /// Gauge: the last send attempt reached the collector.
     pub collector_up: AtomicBool,
     pub control_requests: AtomicU64,
-    pub control_errors: AtomicU64,
+    /// Commands refused or failed (malformed messages included).
+    pub control_errors: Arc<AtomicU64>,
     pub reports_sent: AtomicU64,
     pub report_errors: AtomicU64,
     /// Gauge: open spans over all processes.
@@ -216,7 +217,12 @@ impl Metrics {
             "counter",
             g(&self.control_requests),
         );
-        c("weft_agent_control_errors_total", "Control commands refused.", "counter", g(&self.control_errors));
+        c(
+            "weft_agent_control_errors_total",
+            "Control commands refused.",
+            "counter",
+            self.control_errors.load(Ordering::Relaxed),
+        );
         c(
             "weft_agent_reports_sent_total",
             "Congestion reports the collector accepted.",

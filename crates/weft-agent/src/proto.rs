@@ -317,4 +317,29 @@ mod tests {
         let huge = vec![b' '; MAX_MESSAGE_BYTES + 1];
         assert!(matches!(ProbeCommand::parse(&huge), Err(CommandError::TooLarge(_))));
     }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+                let _ = ProbeCommand::parse(&bytes);
+            }
+
+            #[test]
+            fn valid_commands_round_trip(
+                op in 0usize..4,
+                sel in "(group:|glob:|name:)?[a-z][a-z.*]{0,20}",
+                pid in proptest::option::of(1u32..1_000_000),
+                service in proptest::option::of("[a-z*]{1,12}"),
+            ) {
+                let op = [ProbeOp::List, ProbeOp::Enable, ProbeOp::Disable, ProbeOp::ForceDisable][op];
+                let cmd = ProbeCommand { op, selector: Some(sel), pid, service, agent: None };
+                let bytes = serde_json::to_vec(&cmd).unwrap();
+                prop_assert_eq!(ProbeCommand::parse(&bytes).unwrap(), cmd);
+            }
+        }
+    }
 }

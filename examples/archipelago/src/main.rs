@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `run` starts the four tiers as child processes, drives closed-loop load through the gateway
-//! and prints `ops/s`, then stops them. The probes record into shared memory when a weft agent
+//! and prints `ops/s` and the tiers' CPU time per request (`tier_cpu_us/op`, from
+//! `/proc/<pid>/stat`), then stops them. The probes record into shared memory when a weft agent
 //! runs (or `WEFT_PROBE_DIR` names a directory it serves).
 
 use std::collections::HashMap;
@@ -49,15 +50,16 @@ fn load_cfg(o: &HashMap<String, String>) -> Result<Load, String> {
     Ok(l)
 }
 
-fn report(r: &archipelago::client::LoadReport) {
+fn report(r: &archipelago::client::LoadReport, cpu: Option<f64>) {
     println!(
-        "ops {} errors {} seconds {:.3} ops/s {:.1} p50_us {:.1} p99_us {:.1} probes {}",
+        "ops {} errors {} seconds {:.3} ops/s {:.1} p50_us {:.1} p99_us {:.1}{} probes {}",
         r.ops,
         r.errors,
         r.elapsed.as_secs_f64(),
         r.ops_per_sec(),
         r.p50_us,
         r.p99_us,
+        cpu.map(|c| format!(" tier_cpu_us/op {:.2}", c * 1e6 / r.ops.max(1) as f64)).unwrap_or_default(),
         if archipelago::PROBES { "on" } else { "compiled-out" }
     );
 }
@@ -77,7 +79,7 @@ fn main_inner() -> Result<(), String> {
                 .parse()
                 .map_err(|e| format!("--gateway: {e}"))?;
             let r = run_load(gw, &load_cfg(&o)?).map_err(|e| e.to_string())?;
-            report(&r);
+            report(&r, None);
             Ok(())
         }
         Some("run") => {
@@ -101,12 +103,14 @@ fn main_inner() -> Result<(), String> {
             let mut warm = load_cfg(&o)?;
             warm.duration = Duration::from_millis(500);
             let _ = run_load(cluster.gateway, &warm);
+            let cpu0 = cluster.cpu_seconds();
             let r = run_load(cluster.gateway, &load_cfg(&o)?).map_err(|e| e.to_string());
+            let cpu = cluster.cpu_seconds() - cpu0;
             cluster.stop();
             if !o.contains_key("dir") {
                 let _ = std::fs::remove_dir_all(&dir);
             }
-            report(&r?);
+            report(&r?, Some(cpu));
             Ok(())
         }
         _ => {

@@ -196,6 +196,22 @@ impl Cluster {
         self.children.iter().map(|(r, c)| (*r, c.id())).collect()
     }
 
+    /// CPU seconds (user + system) the tiers have used so far (`/proc/<pid>/stat`).
+    pub fn cpu_seconds(&self) -> f64 {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        self.children
+            .iter()
+            .filter_map(|(_, c)| {
+                let s = std::fs::read_to_string(format!("/proc/{}/stat", c.id())).ok()?;
+                let rest = &s[s.rfind(')')? + 1..];
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                // fields 14 and 15 (utime, stime) are indices 11 and 12 after the state field
+                Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / hz)
+            })
+            .sum()
+    }
+
     /// SIGTERM every tier and wait (SIGKILL after 10 s).
     pub fn stop(mut self) {
         self.stop_inner();

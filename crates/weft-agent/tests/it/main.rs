@@ -1,4 +1,5 @@
 //! weft-agent integration tests (one binary).
 
 mod convert;
+mod local;
 mod spool;

@@ -409,6 +409,29 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("applied") && stdout.contains("through the agent"), "{stdout}");
 
+    // a stopped process never blocks the agent or the others: its switch goes unacknowledged
+    let mapper = tiers.pids().into_iter().find(|(r, _)| *r == "mapper").expect("mapper").1;
+    // SAFETY: kill(2) on a child of ours.
+    unsafe { libc::kill(mapper as libc::pid_t, libc::SIGSTOP) };
+    let t = Instant::now();
+    let out = Command::new(WEFT)
+        .args(["probes", "enable", "group:mapper.map", "--wait", "500ms", "--probe-dir"])
+        .arg(&probes)
+        .output()
+        .expect("weft probes enable");
+    // SAFETY: as above.
+    unsafe { libc::kill(mapper as libc::pid_t, libc::SIGCONT) };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "one process did not apply: {stdout}");
+    assert!(t.elapsed() < Duration::from_secs(10), "bounded wait");
+    assert_eq!(stdout.matches(": applied").count(), 3, "{stdout}");
+    assert!(
+        stdout.contains(&format!("pid {mapper} (mapper)")) && stdout.contains("did not acknowledge"),
+        "{stdout}"
+    );
+    let after_stop = writes(tiers.gateway, 5, Duration::ZERO);
+    assert_eq!(after_stop.len(), 5, "the service works on after SIGCONT");
+
     // the processes end: the agent drains what they left and removes their segments
     tiers.stop();
     wait_for("segments cleaned up", Duration::from_secs(30), || segments(&probes) == 0);
