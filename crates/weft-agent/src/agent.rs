@@ -665,7 +665,7 @@ fn add_stats(t: &mut crate::convert::AsmStats, a: &crate::convert::AsmStats) {
 /// OTLP `ExportTraceServiceRequest` protobuf, gzip-compressed when `gzip` (what the sender
 /// posts).
 pub fn encode_batch(spans: &[Span], gzip: bool) -> Vec<u8> {
-    let raw = weft_model::codec::otlp::encode_proto(spans);
+    let raw = crate::otlp::encode(spans);
     if !gzip {
         return raw;
     }

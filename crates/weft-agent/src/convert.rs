@@ -16,8 +16,9 @@
 //!
 //! Resource (per process): `service.name` (the segment's service), `service.instance.id` (the
 //! segment file stem, `<pid>-<nonce>`), `host.name`, `process.pid`, `process.executable.path`,
-//! `weft.component.kind = app`, `weft.source.tool = weft-probe`. Raw TSC times are kept in
-//! `weft.raw.start` / `weft.raw.end` when the process records TSC ticks.
+//! `weft.component.kind = app`, `weft.source.tool = weft-probe`. With
+//! [`AssemblerConfig::raw_times`], raw TSC times are kept in `weft.raw.start` / `weft.raw.end`
+//! when the process records TSC ticks.
 //!
 //! Values: `u64` fields above `i64::MAX` become decimal strings (OTLP has no unsigned integer).
 //!
@@ -35,8 +36,8 @@
 //! holds more than a quarter of a ring is released (counted in [`AsmStats::pins_released`]) so a
 //! long-running span never makes the producer drop records.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
 use weft_model::{Attributes, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, TraceId, Value, conv};
@@ -48,6 +49,27 @@ use weft_probe::layout::CLOCK_TSC;
 pub const PROBE_EVENT: &str = "weft.probe.event";
 /// OTLP span flags: has-is-remote and is-remote (the parent came from another process).
 const FLAGS_REMOTE_PARENT: u32 = 0x300;
+
+/// Hashes span ids (random 64-bit numbers) with one multiply instead of SipHash.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
 
 /// A tracepoint as the assembler needs it.
 #[derive(Debug, Clone)]
@@ -132,6 +154,9 @@ pub struct AssemblerConfig {
     pub max_events: usize,
     /// Attributes kept per span at most.
     pub max_attributes: usize,
+    /// Keep the raw TSC start/end in `weft.raw.start` / `weft.raw.end` (the calibration the
+    /// process publishes already gives exact UNIX times; off by default: two attributes per span).
+    pub raw_times: bool,
 }
 
 impl Default for AssemblerConfig {
@@ -141,6 +166,7 @@ impl Default for AssemblerConfig {
             orphan_timeout_ns: 2_000_000_000,
             max_events: 1024,
             max_attributes: 256,
+            raw_times: false,
         }
     }
 }
@@ -189,10 +215,12 @@ pub struct Assembler {
     resource: Arc<Resource>,
     scope: Arc<Scope>,
     endpoint_resources: HashMap<String, Arc<Resource>>,
-    open: HashMap<u64, Open>,
+    open: IdMap<Open>,
     order: VecDeque<u64>,
-    pins: Vec<BTreeMap<u64, u64>>,
-    replay_closed: HashSet<u64>,
+    /// Per ring: (position, span) of pins in position order; entries of spans that ended are
+    /// dropped lazily when they reach the front.
+    pins: Vec<VecDeque<(u64, u64)>>,
+    replay_closed: IdSet,
     seed: u64,
     tsc: bool,
     stats: AsmStats,
@@ -256,12 +284,12 @@ impl Assembler {
                 ..Scope::default()
             }),
             endpoint_resources: HashMap::new(),
-            open: HashMap::new(),
+            open: IdMap::default(),
             order: VecDeque::new(),
             pins: Vec::new(),
-            replay_closed: HashSet::new(),
+            replay_closed: IdSet::default(),
             seed,
-            tsc: clock.kind == CLOCK_TSC,
+            tsc: cfg.raw_times && clock.kind == CLOCK_TSC,
             stats: AsmStats::default(),
         }
     }
@@ -281,7 +309,7 @@ impl Assembler {
 
     /// Replay is over: forget the spans it saw end.
     pub fn end_replay(&mut self) {
-        self.replay_closed = HashSet::new();
+        self.replay_closed = IdSet::default();
     }
 
     fn pin(&mut self, span_id: u64, ring: usize, pos: u64) {
@@ -291,30 +319,37 @@ impl Assembler {
         }
         o.pins.push((ring as u32, pos));
         if self.pins.len() <= ring {
-            self.pins.resize_with(ring + 1, BTreeMap::new);
+            self.pins.resize_with(ring + 1, VecDeque::new);
         }
-        self.pins[ring].insert(pos, span_id);
+        let q = &mut self.pins[ring];
+        if q.back().is_none_or(|&(p, _)| p <= pos) {
+            q.push_back((pos, span_id));
+        } else {
+            // (records are read in order; keep the queue sorted anyway)
+            let i = q.partition_point(|&(p, _)| p <= pos);
+            q.insert(i, (pos, span_id));
+        }
     }
 
-    fn unpin(&mut self, pins: &[(u32, u64)]) {
-        for &(r, p) in pins {
-            if let Some(m) = self.pins.get_mut(r as usize) {
-                m.remove(&p);
-            }
-        }
+    /// Is the pin `(ring, pos)` of `span` still held?
+    fn pinned(&self, ring: usize, pos: u64, span: u64) -> bool {
+        self.open.get(&span).is_some_and(|o| o.pins.iter().any(|&(r, p)| r as usize == ring && p == pos))
     }
 
     /// Where ring `ring`'s tail may move, given that everything before `cursor` was processed:
     /// the first record of the oldest open span in that ring, but never more than a quarter of
     /// the ring (`capacity / 4`) behind `cursor` (older pins are released and counted).
     pub fn release_point(&mut self, ring: usize, cursor: u64, capacity: u64) -> u64 {
-        let Some(m) = self.pins.get_mut(ring) else { return cursor };
         loop {
-            let Some((&pos, &span)) = m.iter().next() else { return cursor };
-            if cursor.wrapping_sub(pos) <= capacity / 4 {
-                return pos;
+            let Some(&(pos, span)) = self.pins.get(ring).and_then(VecDeque::front) else { return cursor };
+            if !self.pinned(ring, pos, span) {
+                self.pins[ring].pop_front();
+                continue;
             }
-            m.remove(&pos);
+            if cursor.wrapping_sub(pos) <= capacity / 4 {
+                return pos.min(cursor);
+            }
+            self.pins[ring].pop_front();
             if let Some(o) = self.open.get_mut(&span) {
                 o.pins.retain(|&(r, p)| !(r as usize == ring && p == pos));
             }
@@ -595,15 +630,13 @@ impl Assembler {
         }
         let Some(o) = self.open.remove(&sid) else { return };
         if replay {
-            // emitted before the restart
-            self.unpin(&o.pins);
+            // emitted before the restart (its pins go lazily)
             return;
         }
         self.finish(o, false, out);
     }
 
     fn finish(&mut self, mut o: Open, forced: bool, out: &mut Vec<Span>) {
-        self.unpin(&o.pins);
         if !o.has_start && !o.has_end {
             // Its id may be another process's span: emitting it would duplicate that span.
             self.stats.orphans_dropped += 1;

@@ -190,9 +190,17 @@ fn congestion_reports_show_on_metrics() {
     assert_eq!(st, 400);
     // oversized: 413 (or, if the server answered and closed before the client finished
     // sending, a broken pipe on the client side); the server is fine afterwards
-    match s.agent.post(&s.url("/api/agents/report")).header("Content-Type", "application/json").send(&vec![b' '; 2 << 20][..]) {
+    match s
+        .agent
+        .post(&s.url("/api/agents/report"))
+        .header("Content-Type", "application/json")
+        .send(&vec![b' '; 2 << 20][..])
+    {
         Ok(r) => assert_eq!(r.status().as_u16(), 413),
-        Err(ureq::Error::Io(e)) => assert!(matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset), "{e}"),
+        Err(ureq::Error::Io(e)) => assert!(
+            matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset),
+            "{e}"
+        ),
         Err(e) => panic!("{e}"),
     }
     let mut r =

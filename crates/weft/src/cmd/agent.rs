@@ -61,6 +61,9 @@ pub struct Args {
     /// Send batches uncompressed (less agent CPU; for a collector on the same host).
     #[arg(long)]
     pub no_compress: bool,
+    /// Keep raw TSC start/end times on spans (`weft.raw.start`, `weft.raw.end`).
+    #[arg(long)]
+    pub raw_times: bool,
     /// At exit, how long to keep sending what is spooled.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub linger: Duration,
@@ -123,6 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cfg.socket = !args.no_socket;
     cfg.linger = args.linger;
     cfg.compress = !args.no_compress;
+    cfg.assembler.raw_times = args.raw_times;
     let collector = cfg.collector.clone();
     let control = cfg.control_token.is_some();
     let spool_limit = cfg.spool.limit_bytes;
