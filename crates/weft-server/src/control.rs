@@ -221,7 +221,8 @@ impl ControlHub {
                 }
             }
         }
-        let spool: [(&str, fn(&weft_agent::proto::PipelineReport) -> u64); 4] = [
+        type P = fn(&weft_agent::proto::PipelineReport) -> u64;
+        let spool: [(&str, P); 4] = [
             ("weft_agent_spool_bytes", |p| p.spool_bytes),
             ("weft_agent_spool_dropped_spans", |p| p.spool_dropped_spans),
             ("weft_agent_spans_sent", |p| p.spans_sent),
