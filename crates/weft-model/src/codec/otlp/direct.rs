@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::{PROTO, parent_from_bytes, span_id_from_bytes, split_relation, trace_id_from_bytes};
 use crate::codec::error::{CodecError, ErrorKind, Position, Sink};
 use crate::span::{Link, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
-use crate::value::{Attributes, KeyValue, Value};
+use crate::value::{Attributes, KeyValue, Str, Value};
 
 const MAX_DEPTH: u32 = 100;
 
@@ -119,14 +119,22 @@ impl<'a> Cursor<'a> {
             self.err(format!("invalid wire type: field {field} has wire type {wire}, expected {want}"))
         }
     }
-    fn string(&mut self, field: u32, wire: u8) -> W<String> {
+    /// A string field, borrowed from the input.
+    fn str(&mut self, field: u32, wire: u8) -> W<&'a str> {
         self.expect(field, wire, 2)?;
         let at = self.pos;
         let b = self.bytes()?;
         match std::str::from_utf8(b) {
-            Ok(s) => Ok(s.to_owned()),
+            Ok(s) => Ok(s),
             Err(_) => Err(WireError { at, msg: "invalid string value: data is not UTF-8 encoded".into() }),
         }
+    }
+    fn string(&mut self, field: u32, wire: u8) -> W<String> {
+        self.str(field, wire).map(str::to_owned)
+    }
+    /// A string field as a [`Str`] (inline when short: no allocation).
+    fn small(&mut self, field: u32, wire: u8) -> W<Str> {
+        self.str(field, wire).map(Str::new)
     }
     fn u32(&mut self, field: u32, wire: u8) -> W<u32> {
         self.expect(field, wire, 0)?;
@@ -140,12 +148,12 @@ fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
         return Err(WireError { at: 0, msg: "recursion limit reached".into() });
     }
     let mut c = Cursor::new(b);
-    let mut key = String::new();
+    let mut key = Str::default();
     let mut value: Option<Value> = None;
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => key = c.string(f, w)?,
+            1 => key = crate::value::key(c.str(f, w)?),
             2 => {
                 c.expect(f, w, 2)?;
                 let at = c.pos;
@@ -177,7 +185,7 @@ fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => *v = Value::Str(c.string(f, w)?),
+            1 => *v = Value::Str(c.small(f, w)?),
             2 => {
                 c.expect(f, w, 0)?;
                 *v = Value::Bool(c.varint()? != 0);
@@ -271,7 +279,7 @@ fn entity_ref(b: &[u8]) -> W<()> {
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1..=4 => drop(c.string(f, w)?),
+            1..=4 => drop(c.str(f, w)?),
             _ => c.skip(f, w, 2)?,
         }
     }
@@ -311,7 +319,7 @@ fn event(b: &[u8]) -> W<SpanEvent> {
                 c.expect(f, w, 1)?;
                 e.time_ns = c.fixed64()?;
             }
-            2 => e.name = c.string(f, w)?,
+            2 => e.name = c.small(f, w)?,
             3 => attr(&mut c, f, w, 4, &mut e.attributes)?,
             4 => e.dropped_attributes_count = c.u32(f, w)?,
             _ => c.skip(f, w, 3)?,
@@ -371,7 +379,7 @@ fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span
                 c.expect(f, w, 2)?;
                 ids.parent = c.bytes()?;
             }
-            5 => s.name = c.string(f, w)?,
+            5 => s.name = c.small(f, w)?,
             6 => {
                 c.expect(f, w, 0)?;
                 s.kind = SpanKind::from_i32(c.varint()? as i32);

@@ -30,7 +30,7 @@ use crate::codec::error::{CodecError, ErrorKind};
 use crate::conv;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
-use crate::value::{Attributes, KeyValue, Value};
+use crate::value::{Attributes, KeyValue, Str, Value};
 
 pub mod proto;
 pub mod v1;
@@ -60,9 +60,9 @@ pub const LOST_EVENT_BYTES: &str = "event byte values written as base64 text";
 /// A Zipkin endpoint.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Endpoint {
-    pub service_name: Option<String>,
-    pub ipv4: Option<String>,
-    pub ipv6: Option<String>,
+    pub service_name: Option<Str>,
+    pub ipv4: Option<Str>,
+    pub ipv6: Option<Str>,
     pub port: Option<i64>,
 }
 
@@ -78,14 +78,14 @@ pub(crate) struct ZSpan {
     pub trace_id: TraceId,
     pub id: SpanId,
     pub parent_id: Option<SpanId>,
-    pub name: String,
+    pub name: Str,
     pub kind: SpanKind,
     pub timestamp: Option<u64>,
     pub duration: Option<u64>,
     pub local: Option<Endpoint>,
     pub remote: Option<Endpoint>,
-    pub annotations: Vec<(u64, String)>,
-    pub tags: Vec<(String, String)>,
+    pub annotations: Vec<(u64, Str)>,
+    pub tags: Vec<(Str, Str)>,
     pub debug: bool,
     pub shared: bool,
 }
@@ -136,11 +136,11 @@ impl Interner {
         r
     }
 
-    pub(crate) fn scope(&mut self, name: Option<String>, version: Option<String>) -> Arc<Scope> {
+    pub(crate) fn scope(&mut self, name: Option<Str>, version: Option<Str>) -> Arc<Scope> {
         if name.is_none() && version.is_none() {
             return Arc::clone(&self.no_scope);
         }
-        let key = (name.unwrap_or_default(), version.unwrap_or_default());
+        let key = (name.map(String::from).unwrap_or_default(), version.map(String::from).unwrap_or_default());
         if let Some(s) = self.scopes.get(&key) {
             return Arc::clone(s);
         }
@@ -158,12 +158,12 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
     let mut attributes = Attributes(Vec::with_capacity(z.tags.len() + 4));
     let mut status = Status::default();
     let mut status_code: Option<StatusCode> = None;
-    let mut description: Option<String> = None;
+    let mut description: Option<Str> = None;
     let mut scope_name = None;
     let mut scope_version = None;
     let mut library_name = None;
     let mut library_version = None;
-    let mut error: Option<String> = None;
+    let mut error: Option<Str> = None;
     for (k, v) in z.tags {
         match k.as_str() {
             conv::ERROR => error = Some(v),
@@ -179,12 +179,12 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
         }
     }
     if let Some(msg) = error {
-        status = Status { code: StatusCode::Error, message: msg };
+        status = Status { code: StatusCode::Error, message: msg.into() };
     } else if let Some(code) = status_code {
         status = Status {
             code,
             message: if code == StatusCode::Error {
-                description.take().unwrap_or_default()
+                description.take().map(String::from).unwrap_or_default()
             } else {
                 String::new()
             },
@@ -242,7 +242,7 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
 
 /// An annotation value of the form `{"name":{...attributes}}` becomes an event with
 /// attributes; anything else is the event name.
-fn annotation_to_event(ts_us: u64, value: String) -> SpanEvent {
+fn annotation_to_event(ts_us: u64, value: Str) -> SpanEvent {
     let time_ns = ts_us.saturating_mul(1000);
     if value.starts_with("{\"")
         && value.ends_with("}}")
@@ -251,8 +251,8 @@ fn annotation_to_event(ts_us: u64, value: String) -> SpanEvent {
         && let Some((name, serde_json::Value::Object(attrs))) = m.into_iter().next()
     {
         let attributes =
-            attrs.into_iter().map(|(k, v)| KeyValue { key: k, value: json_to_value(v) }).collect();
-        return SpanEvent { time_ns, name, attributes, dropped_attributes_count: 0 };
+            attrs.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: json_to_value(v) }).collect();
+        return SpanEvent { time_ns, name: name.into(), attributes, dropped_attributes_count: 0 };
     }
     SpanEvent { time_ns, name: value, attributes: Attributes::new(), dropped_attributes_count: 0 }
 }
@@ -266,10 +266,10 @@ pub(crate) fn json_to_value(v: serde_json::Value) -> Value {
             Some(i) => Value::I64(i),
             None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
         },
-        serde_json::Value::String(s) => Value::Str(s),
+        serde_json::Value::String(s) => Value::Str(s.into()),
         serde_json::Value::Array(a) => Value::Array(a.into_iter().map(json_to_value).collect()),
         serde_json::Value::Object(m) => {
-            Value::Map(m.into_iter().map(|(k, v)| KeyValue { key: k, value: json_to_value(v) }).collect())
+            Value::Map(m.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: json_to_value(v) }).collect())
         }
     }
 }
@@ -278,7 +278,7 @@ pub(crate) fn json_to_value(v: serde_json::Value) -> Value {
 fn value_to_json(v: &Value, losses: &mut Losses) -> serde_json::Value {
     use base64::Engine;
     match v {
-        Value::Str(s) => serde_json::Value::String(s.clone()),
+        Value::Str(s) => serde_json::Value::String(s.to_string()),
         Value::Bool(b) => serde_json::Value::Bool(*b),
         Value::I64(i) => serde_json::Value::from(*i),
         Value::F64(f) => serde_json::Number::from_f64(*f)
@@ -290,17 +290,18 @@ fn value_to_json(v: &Value, losses: &mut Losses) -> serde_json::Value {
         }
         Value::Array(a) => serde_json::Value::Array(a.iter().map(|v| value_to_json(v, losses)).collect()),
         Value::Map(m) => serde_json::Value::Object(
-            m.iter().map(|kv| (kv.key.clone(), value_to_json(&kv.value, losses))).collect(),
+            m.iter().map(|kv| (kv.key.to_string(), value_to_json(&kv.value, losses))).collect(),
         ),
         Value::Empty => serde_json::Value::Null,
     }
 }
 
-fn attr_text(v: &Value, losses: &mut Losses) -> String {
-    if !matches!(v, Value::Str(_)) {
-        losses.add(LOST_STRINGIFIED, 1);
+fn attr_text(v: &Value, losses: &mut Losses) -> Str {
+    if let Value::Str(s) = v {
+        return s.clone();
     }
-    v.to_string()
+    losses.add(LOST_STRINGIFIED, 1);
+    compact_str::ToCompactString::to_compact_string(v)
 }
 
 /// A port number (1–65535) as an endpoint carries it; anything else stays a tag.
@@ -323,7 +324,7 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
     let mut local = Endpoint::default();
     let svc = s.resource.service_name();
     if !svc.is_empty() {
-        local.service_name = Some(svc.to_owned());
+        local.service_name = Some(svc.into());
     }
     losses.add(
         LOST_RESOURCE_ATTRS,
@@ -343,15 +344,15 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
         let v = &kv.value;
         match kv.key.as_str() {
             conv::LOCAL_IPV4 if local.ipv4.is_none() && local.ipv6.is_none() && ip_of(v).is_some() => {
-                let ip = v.as_str().unwrap_or_default().to_owned();
+                let ip = Str::from(v.as_str().unwrap_or_default());
                 if ip.contains(':') { local.ipv6 = Some(ip) } else { local.ipv4 = Some(ip) }
             }
             conv::LOCAL_PORT if local.port.is_none() && port_of(v).is_some() => local.port = port_of(v),
             conv::PEER_SERVICE if remote.service_name.is_none() && v.as_str().is_some() => {
-                remote.service_name = v.as_str().map(str::to_owned)
+                remote.service_name = v.as_str().map(Str::from)
             }
             conv::PEER_IP if remote.ipv4.is_none() && remote.ipv6.is_none() && ip_of(v).is_some() => {
-                let ip = v.as_str().unwrap_or_default().to_owned();
+                let ip = Str::from(v.as_str().unwrap_or_default());
                 if ip.contains(':') { remote.ipv6 = Some(ip) } else { remote.ipv4 = Some(ip) }
             }
             conv::PEER_PORT if remote.port.is_none() && port_of(v).is_some() => remote.port = port_of(v),
@@ -362,14 +363,14 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
     }
     match s.status.code {
         StatusCode::Unset => {}
-        StatusCode::Ok => tags.push((conv::OTEL_STATUS_CODE.to_owned(), "OK".to_owned())),
-        StatusCode::Error => tags.push((conv::ERROR.to_owned(), s.status.message.clone())),
+        StatusCode::Ok => tags.push((Str::const_new(conv::OTEL_STATUS_CODE), Str::const_new("OK"))),
+        StatusCode::Error => tags.push((Str::const_new(conv::ERROR), Str::from(s.status.message.as_str()))),
     }
     if !s.scope.name.is_empty() {
-        tags.push((conv::OTEL_SCOPE_NAME.to_owned(), s.scope.name.clone()));
+        tags.push((Str::const_new(conv::OTEL_SCOPE_NAME), Str::from(s.scope.name.as_str())));
     }
     if !s.scope.version.is_empty() {
-        tags.push((conv::OTEL_SCOPE_VERSION.to_owned(), s.scope.version.clone()));
+        tags.push((Str::const_new(conv::OTEL_SCOPE_VERSION), Str::from(s.scope.version.as_str())));
     }
     let (timestamp, duration) = micros(s.start_ns, s.end_ns);
     if !s.start_ns.is_multiple_of(1000)
@@ -388,11 +389,11 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
                 let attrs: serde_json::Map<String, serde_json::Value> = e
                     .attributes
                     .iter()
-                    .map(|kv| (kv.key.clone(), value_to_json(&kv.value, losses)))
+                    .map(|kv| (kv.key.to_string(), value_to_json(&kv.value, losses)))
                     .collect();
                 let mut m = serde_json::Map::new();
-                m.insert(e.name.clone(), serde_json::Value::Object(attrs));
-                serde_json::Value::Object(m).to_string()
+                m.insert(e.name.to_string(), serde_json::Value::Object(attrs));
+                Str::from(serde_json::Value::Object(m).to_string())
             };
             (e.time_ns / 1000, value)
         })

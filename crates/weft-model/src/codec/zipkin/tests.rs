@@ -69,7 +69,7 @@ fn sample_spans_survive_zipkin_within_its_limits() {
             s.attributes = s
                 .attributes
                 .iter()
-                .map(|kv| KeyValue::new(kv.key.clone(), Value::Str(kv.value.to_string())))
+                .map(|kv| KeyValue::new(kv.key.clone(), Value::Str(kv.value.to_string().into())))
                 .collect();
             s.links.clear();
             s.flags = 0;

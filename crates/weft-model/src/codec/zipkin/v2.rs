@@ -15,6 +15,7 @@ use crate::codec::jsonscan::{ArrayStream, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
 use crate::span::{Span, SpanKind};
+use crate::value::Str;
 
 pub(crate) const FORMAT: &str = "Zipkin v2 JSON";
 const EXPECTED: &str = "a Zipkin JSON array of spans ('[')";
@@ -138,7 +139,7 @@ struct JSpan<'a> {
     #[serde(default, borrow)]
     parent_id: Option<Cow<'a, str>>,
     #[serde(default)]
-    name: Option<String>,
+    name: Option<Str>,
     #[serde(default, borrow)]
     kind: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -194,11 +195,11 @@ impl JSpan<'_> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct JEndpoint {
     #[serde(default)]
-    service_name: Option<String>,
+    service_name: Option<Str>,
     #[serde(default)]
-    ipv4: Option<String>,
+    ipv4: Option<Str>,
     #[serde(default)]
-    ipv6: Option<String>,
+    ipv6: Option<Str>,
     #[serde(default)]
     port: Option<i64>,
 }
@@ -219,12 +220,31 @@ struct JAnnotation {
     #[serde(default)]
     timestamp: Option<Num>,
     #[serde(default)]
-    value: Option<String>,
+    value: Option<Str>,
 }
 
 /// The `tags` object in document order; non-string values (which some producers send) are
 /// kept as their JSON text.
-struct Tags(Vec<(String, String)>);
+struct Tags(Vec<(Str, Str)>);
+
+/// A tag key, through [`crate::value::key`] (well-known long keys without allocating).
+struct TagKey(Str);
+
+impl<'de> Deserialize<'de> for TagKey {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = TagKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a tag key (string)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<TagKey, E> {
+                Ok(TagKey(crate::value::key(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
 
 impl<'de> Deserialize<'de> for Tags {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -236,9 +256,9 @@ impl<'de> Deserialize<'de> for Tags {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Tags, A::Error> {
                 let mut out = Vec::with_capacity(m.size_hint().unwrap_or(8));
-                while let Some(k) = m.next_key::<String>()? {
+                while let Some(k) = m.next_key::<TagKey>()? {
                     let v = m.next_value::<TagValue>()?;
-                    out.push((k, v.0));
+                    out.push((k.0, v.0));
                 }
                 Ok(Tags(out))
             }
@@ -247,7 +267,7 @@ impl<'de> Deserialize<'de> for Tags {
     }
 }
 
-struct TagValue(String);
+struct TagValue(Str);
 
 impl<'de> Deserialize<'de> for TagValue {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -258,25 +278,25 @@ impl<'de> Deserialize<'de> for TagValue {
                 f.write_str("a tag value (string)")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_owned()))
+                Ok(TagValue(Str::new(v)))
             }
             fn visit_string<E: de::Error>(self, v: String) -> Result<TagValue, E> {
-                Ok(TagValue(v))
+                Ok(TagValue(Str::from(v)))
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(Str::const_new(if v { "true" } else { "false" })))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(compact_str::format_compact!("{v}")))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(compact_str::format_compact!("{v}")))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(compact_str::format_compact!("{v}")))
             }
             fn visit_unit<E: de::Error>(self) -> Result<TagValue, E> {
-                Ok(TagValue(String::new()))
+                Ok(TagValue(Str::default()))
             }
         }
         d.deserialize_any(V)
