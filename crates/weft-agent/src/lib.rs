@@ -1,3 +1,34 @@
 //! # weft-agent
 //!
-//! Per-node agent: drains probe rings and kernel sources, store-and-forward to the collector, tracepoint control
+//! The per-node agent: finds the instrumented processes on the machine (their weft-probe
+//! shared-memory segments in `/dev/shm/weft-<uid>/`), drains their rings, turns the records into
+//! spans, and ships them to the collector (`weft serve`) through a bounded on-disk spool; it
+//! reports the processes' buffer occupancy and drops, and switches their tracepoints on request
+//! — from `weft probes` over a local socket or from the collector's control API.
+//!
+//! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
+//!   restarts, commits).
+//! * [`convert`]: probe records → [`weft_model::Span`] (the mapping table is there).
+//! * [`spool`]: the store-and-forward spool (bounded; drops are explicit and counted).
+//! * [`otlp`]: a direct OTLP protobuf encoder for the agent's spans (byte-identical to
+//!   `weft_model`'s, without its intermediate structures).
+//! * [`ship`]: the sender (OTLP/HTTP protobuf to the collector's existing receiver).
+//! * [`control`]: executing [`proto::ProbeCommand`]s on segments; the local control socket.
+//! * [`collector`]: congestion reports and the control-command long poll.
+//! * [`metrics`]: counters, per-process figures, Prometheus text.
+//! * [`proto`]: the JSON messages shared with `weft probes` and `weft-server`'s control API.
+//!
+//! Spans travel on the collector's standard OTLP/HTTP receiver rather than a weft-native
+//! stream: it is already batched, compressed, bounded and acknowledged after the durable append.
+
+pub mod agent;
+pub mod collector;
+pub mod control;
+pub mod convert;
+pub mod metrics;
+pub mod otlp;
+pub mod proto;
+pub mod ship;
+pub mod spool;
+
+pub use agent::{Agent, AgentConfig, AgentError};

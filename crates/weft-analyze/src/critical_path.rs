@@ -16,10 +16,25 @@
 //!    step 2 there (children that finished after that point are no longer eligible).
 //! 4. Stop when the walk returns past the root.
 //!
-//! **Clock skew**: before the walk, each child's interval is clipped to its parent's
+//! **Synchronous and asynchronous children.** An RPC server span (kind `Server`), any child of a
+//! `Client` span, and spans of unspecified kind (Jaeger's assumption for everything) are
+//! *synchronous*: the parent waits for them, so one that reaches outside its parent can only be
+//! clock skew. Every other child — internal work, messaging (`Producer`/`Consumer`), and all the
+//! spans weft weaves from simulator logs, where a host's MMIO write causes NIC work that causes
+//! network hops that outlive it — is *asynchronous*: when it outlives its parent, the work it
+//! caused is still part of the trace's latency. So before the walk each span gets an *effective
+//! end*: its own end, extended (bottom-up) by the effective ends of its asynchronous children.
+//! The walk runs on `[start, effective end]`; the sections it books on a span are cut to the
+//! span's own interval, so time where a span waits for asynchronous work it handed off is on the
+//! path only through the spans that do that work (gaps where none runs are on no span). For a
+//! trace without asynchronous children that outlive their parents, this is exactly the rule
+//! above.
+//!
+//! **Clock skew**: before the walk, each synchronous child's interval is clipped to its parent's
 //! (recursively, from the root down): a child that starts before its parent or ends after it
 //! (clocks on different hosts disagree) counts only inside the parent; a child wholly outside
-//! its parent is ignored by the walk. This is Jaeger's sanitising step.
+//! its parent is ignored by the walk. This is Jaeger's sanitising step. Asynchronous children
+//! are clipped only at their parent's start.
 //!
 //! **Differences from Jaeger UI**, on purpose: a child ending exactly at the current point is
 //! eligible (Jaeger requires strictly before, which drops back-to-back sequential children and
@@ -32,7 +47,7 @@
 
 use std::collections::HashMap;
 
-use weft_model::{Span, SpanId};
+use weft_model::{Span, SpanId, SpanKind};
 
 /// One section of the critical path: span `span` (an index into the input slice) was on the
 /// path during `[start_ns, end_ns]`.
@@ -143,26 +158,52 @@ pub fn critical_path(spans: &[Span]) -> CriticalPath {
     critical_path_with_tree(spans, &tree)
 }
 
+/// Whether `child` runs synchronously inside `parent` (see the module docs).
+pub fn synchronous(parent: &Span, child: &Span) -> bool {
+    matches!(child.kind, SpanKind::Server | SpanKind::Unspecified) || parent.kind == SpanKind::Client
+}
+
 /// As [`critical_path`], with a tree the caller already built.
 pub fn critical_path_with_tree(spans: &[Span], tree: &Tree) -> CriticalPath {
     let n = spans.len();
-    let Some(&root) = tree.roots.iter().max_by_key(|&&r| (spans[r].end_ns, std::cmp::Reverse(r))) else {
+    let own_end = |i: usize| spans[i].end_ns.max(spans[i].start_ns);
+    // Effective ends, bottom-up: reverse pre-order visits children before their parents.
+    let mut order = Vec::with_capacity(n);
+    let mut stack: Vec<usize> = tree.roots.clone();
+    while let Some(i) = stack.pop() {
+        order.push(i);
+        stack.extend(&tree.children[i]);
+    }
+    let mut eff: Vec<u64> = (0..n).map(own_end).collect();
+    for &i in order.iter().rev() {
+        if let Some(p) = tree.parent[i]
+            && !synchronous(&spans[p], &spans[i])
+        {
+            eff[p] = eff[p].max(eff[i]);
+        }
+    }
+    let Some(&root) = tree.roots.iter().max_by_key(|&&r| (eff[r], std::cmp::Reverse(r))) else {
         return CriticalPath::default();
     };
     // Clipped intervals, top-down (None: the span lies wholly outside its parent).
     let mut clip: Vec<Option<(u64, u64)>> = vec![None; n];
-    let r = &spans[root];
-    clip[root] = Some((r.start_ns, r.end_ns.max(r.start_ns)));
+    clip[root] = Some((spans[root].start_ns, eff[root]));
     let mut stack = vec![root];
     while let Some(i) = stack.pop() {
         let Some((ps, pe)) = clip[i] else { continue };
         for &c in &tree.children[i] {
-            let s = &spans[c];
-            let (cs, ce) = (s.start_ns, s.end_ns.max(s.start_ns));
-            clip[c] = if ce < ps || cs > pe { None } else { Some((cs.max(ps), ce.min(pe))) };
+            let (cs, ce) = (spans[c].start_ns, eff[c]);
+            let bound = if synchronous(&spans[i], &spans[c]) { pe.min(own_end(i)) } else { pe };
+            clip[c] = if ce < ps || cs > bound { None } else { Some((cs.max(ps), ce.min(bound))) };
             stack.push(c);
         }
     }
+    // A section of span `i` over [a, b], cut to the span's own (clipped) interval.
+    let own = |i: usize, a: u64, b: u64| -> Option<Section> {
+        let (lo, hi) = clip[i]?;
+        let (a, b) = (a.max(lo), b.min(hi.min(own_end(i))));
+        (a <= b).then_some(Section { span: i, start_ns: a, end_ns: b })
+    };
     // Eligible children per span sorted by (end, start) descending, with a cursor: as the
     // current point only moves backwards within a span, each child is passed over once.
     let mut sorted: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -192,14 +233,17 @@ pub fn critical_path_with_tree(spans: &[Span], tree: &Tree) -> CriticalPath {
         if let Some(&child) = list.get(k) {
             cursor[cur] = k + 1;
             let (_, ce) = clip[child].unwrap_or((0, 0));
-            if ce < point {
-                sections.push(Section { span: cur, start_ns: ce, end_ns: point });
+            if ce < point
+                && let Some(sec) = own(cur, ce, point).filter(|s| s.start_ns < s.end_ns)
+            {
+                sections.push(sec);
             }
             cur = child;
             point = ce;
         } else {
-            if start < point || sections.is_empty() {
-                sections.push(Section { span: cur, start_ns: start, end_ns: point });
+            if let Some(sec) = own(cur, start, point).filter(|s| s.start_ns < s.end_ns || sections.is_empty())
+            {
+                sections.push(sec);
             }
             match tree.parent[cur] {
                 Some(p) => {
@@ -313,6 +357,30 @@ mod tests {
         // A child starting before its parent (clock behind): -20..40 under 10..100 → 10..40.
         let t = [span(1, None, 10, 100), span(2, Some(1), 0, 40)];
         assert_eq!(path(&t), vec![(2, 10, 40), (1, 40, 100)]);
+    }
+
+    #[test]
+    fn asynchronous_children_that_outlive_their_parent_extend_the_path() {
+        // A woven request: host MMIO 0..10 causes NIC work 8..30, which causes a DMA 12..20 and
+        // a network hop 25..60 that outlives it; all Internal. The path runs host → NIC (with
+        // its DMA) → network, to the hop's end.
+        let internal = |mut s: Span| {
+            s.kind = weft_model::SpanKind::Internal;
+            s
+        };
+        let t = [
+            internal(span(1, None, 0, 10)),
+            internal(span(2, Some(1), 8, 30)),
+            internal(span(3, Some(2), 25, 60)),
+            internal(span(4, Some(2), 12, 20)),
+        ];
+        assert_eq!(path(&t), vec![(1, 0, 8), (2, 8, 12), (4, 12, 20), (2, 20, 25), (3, 25, 60)]);
+        assert_eq!(critical_path(&t).total_ns(), 60);
+        // The same shape as RPC spans (client → server) is clock skew: clipped, as before.
+        let mut rpc = t.clone();
+        rpc[0].kind = weft_model::SpanKind::Client;
+        rpc[1].kind = weft_model::SpanKind::Server;
+        assert_eq!(path(&rpc), vec![(1, 0, 8), (2, 8, 10)]);
     }
 
     #[test]

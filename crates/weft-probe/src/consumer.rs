@@ -1,6 +1,13 @@
 //! The consumer (agent) side of a segment: attach, read the registry, drain the rings, read
 //! statistics and switch tracepoints. Layout: [`crate::layout`].
 //!
+//! Two ways to consume: [`Segment::drain`] reads and releases everything at once; an agent that
+//! must survive its own restart reads with [`Segment::read_ring`] (nothing is released) and
+//! stores its positions with [`Segment::commit`] — `tail` (what the producer may overwrite) and
+//! the bookmark `mark` (what was delivered), both kept in the segment ([`crate::layout`]).
+//! [`Segment::open_shared`] attaches without the consumer lock, for control and inspection
+//! while another consumer drains.
+//!
 //! Everything read from the segment is untrusted: a corrupt header is rejected at
 //! [`Segment::open`]; a corrupt ring or record is reported as an error naming the file, ring
 //! and byte position, the rest of that ring is skipped (its tail jumps to its head, so the
@@ -393,12 +400,38 @@ pub struct DrainReport {
     pub errors: Vec<ConsumerError>,
 }
 
+/// A ring's consumer positions ([`Segment::positions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingPositions {
+    /// Bytes the consumer released (the producer may overwrite what lies before).
+    pub tail: u64,
+    /// The consumer's bookmark: records before it were delivered downstream.
+    pub mark: u64,
+    /// Bytes the producer has written.
+    pub head: u64,
+}
+
+/// What one [`Segment::read_ring`] did.
+#[derive(Debug, Default)]
+pub struct RingRead {
+    /// Where the next read starts (a record boundary; the head after a skip).
+    pub next: u64,
+    pub records: u64,
+    pub bytes: u64,
+    /// Bytes skipped after a corrupt record or ring header.
+    pub skipped_bytes: u64,
+    /// Why bytes were skipped.
+    pub error: Option<ConsumerError>,
+}
+
 /// An attached segment.
 pub struct Segment {
     backing: Backing,
     path: PathBuf,
     geo: Geometry,
     buf: Vec<u8>,
+    /// Opened with the consumer lock (may drain and commit).
+    exclusive: bool,
 }
 
 impl std::fmt::Debug for Segment {
@@ -431,6 +464,10 @@ impl Segment {
     /// Attach to a segment file: map it, validate the header, and take the consumer lock
     /// (`flock`; one consumer per segment, released when the consumer dies).
     pub fn open(path: &Path) -> Result<Segment, ConsumerError> {
+        Self::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, exclusive: bool) -> Result<Segment, ConsumerError> {
         let io = |source| ConsumerError::Io { path: path.to_path_buf(), source };
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -439,7 +476,7 @@ impl Segment {
             .open(path)
             .map_err(io)?;
         // SAFETY: valid fd.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        if exclusive && unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 return Err(ConsumerError::Busy { path: path.to_path_buf() });
@@ -464,7 +501,17 @@ impl Segment {
             path: path.to_path_buf(),
             geo,
             buf: Vec::new(),
+            exclusive,
         })
+    }
+
+    /// Attach for control and inspection only, without the consumer lock: registry, stats,
+    /// switches and [`Segment::wait_applied`] work while another consumer (the agent) drains;
+    /// [`Segment::drain`], [`Segment::read_ring`] and [`Segment::commit`] are refused. Control
+    /// requests from several such handles are safe: each is one byte per tracepoint, the last
+    /// writer wins, and every writer bumps `ctl_seq` atomically.
+    pub fn open_shared(path: &Path) -> Result<Segment, ConsumerError> {
+        Self::open_with(path, false)
     }
 
     /// A consumer view of this process's own segment (in-process draining; see
@@ -476,7 +523,7 @@ impl Segment {
             source: std::io::Error::other("the probe segment could not be created"),
         })?;
         let geo = validate(&seg.map, &path)?;
-        Ok(Segment { backing: Backing::Borrowed(&seg.map), path, geo, buf: Vec::new() })
+        Ok(Segment { backing: Backing::Borrowed(&seg.map), path, geo, buf: Vec::new(), exclusive: true })
     }
 
     fn map(&self) -> &Map {
@@ -576,6 +623,12 @@ impl Segment {
         Calibration::REALTIME
     }
 
+    /// Bytes of published registry descriptors: changes exactly when tracepoints are added, so
+    /// a consumer re-reads [`Segment::registry`] only then.
+    pub fn registry_len(&self) -> u64 {
+        self.hdr_u64(OFF_REGISTRY_LEN)
+    }
+
     /// Every exported tracepoint with its current state.
     pub fn registry(&self) -> Result<Vec<TracepointInfo>, ConsumerError> {
         let g = self.geo;
@@ -646,60 +699,190 @@ impl Segment {
         }
     }
 
-    /// Drain every ring, calling `f` for each record in per-ring order. Returns counts and the
-    /// errors of rings that had to be (partly) skipped.
+    /// Drain every ring, calling `f` for each record in per-ring order, and consume what was
+    /// read (`tail` and `mark` move to the end). Returns counts and the errors of rings that had
+    /// to be (partly) skipped. A consumer that needs to survive its own restart without losing
+    /// partial state uses [`Segment::read_ring`] and [`Segment::commit`] instead.
     pub fn drain(&mut self, mut f: impl FnMut(&Record<'_>)) -> DrainReport {
         let mut rep = DrainReport::default();
+        if !self.exclusive {
+            rep.errors.push(self.not_exclusive());
+            return rep;
+        }
         let mut buf = std::mem::take(&mut self.buf);
         for ring in 0..self.geo.ring_count {
-            self.drain_ring(ring, &mut f, &mut rep, &mut buf);
+            let tail = self.ring_u64(ring, RING_OFF_TAIL);
+            let r = self.read_ring_into(ring, tail, &mut |_, rec| f(rec), &mut buf);
+            rep.records += r.records;
+            rep.bytes += r.bytes;
+            rep.skipped_bytes += r.skipped_bytes;
+            if let Some(e) = r.error {
+                rep.errors.push(e);
+            }
+            if r.next != tail {
+                self.store_positions(ring, r.next, r.next);
+            }
         }
         self.buf = buf;
         rep
     }
 
-    fn drain_ring(
+    fn not_exclusive(&self) -> ConsumerError {
+        ConsumerError::Ring {
+            path: self.path.clone(),
+            ring: 0,
+            detail: "opened for control only (open_shared): draining needs Segment::open".into(),
+        }
+    }
+
+    /// Number of rings.
+    pub fn ring_count(&self) -> usize {
+        self.geo.ring_count
+    }
+
+    /// Data bytes per ring.
+    pub fn ring_capacity(&self) -> u64 {
+        self.geo.ring_capacity as u64
+    }
+
+    /// The consumer positions of every ring as stored in the segment: `tail`, the bookmark `mark`
+    /// (read as `tail` when it lies outside `[tail, head]`) and the producer's `head`.
+    pub fn positions(&self) -> Vec<RingPositions> {
+        (0..self.geo.ring_count)
+            .map(|i| {
+                let head = self.ring_u64(i, RING_OFF_HEAD);
+                let tail = self.ring_u64(i, RING_OFF_TAIL);
+                let mark = self.ring_u64(i, RING_OFF_MARK);
+                let used = head.wrapping_sub(tail);
+                let mark = if mark.wrapping_sub(tail) <= used { mark } else { tail };
+                RingPositions { tail, mark, head }
+            })
+            .collect()
+    }
+
+    /// Read the records of ring `ring` from stream position `from` (a record boundary in
+    /// `[tail, head]`, e.g. a previous [`RingRead::next`] or a stored `tail`/`mark`) up to the
+    /// producer's current head, calling `f(position, record)`, **without consuming them**: the
+    /// producer's free space changes only with [`Segment::commit`].
+    ///
+    /// A corrupt record (or a `from` outside `[tail, head]`) ends the read at the head: the
+    /// error is returned in [`RingRead::error`], the bytes skipped are counted, and `next` is
+    /// the head, so committing it resynchronises the ring.
+    pub fn read_ring(
+        &mut self,
+        ring: usize,
+        from: u64,
+        mut f: impl FnMut(u64, &Record<'_>),
+    ) -> Result<RingRead, ConsumerError> {
+        if !self.exclusive {
+            return Err(self.not_exclusive());
+        }
+        if ring >= self.geo.ring_count {
+            return Err(ConsumerError::Ring {
+                path: self.path.clone(),
+                ring,
+                detail: format!("no such ring (the segment has {})", self.geo.ring_count),
+            });
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.read_ring_into(ring, from, &mut f, &mut buf);
+        self.buf = buf;
+        Ok(r)
+    }
+
+    /// Store ring `ring`'s consumer positions: `tail` (the producer may reuse the bytes before
+    /// it) and the bookmark `mark`. Requires `tail <= mark <= head` (stream positions; both
+    /// record boundaries the consumer read). The mark is stored first, so a consumer that dies
+    /// in between never sees a mark behind its tail.
+    pub fn commit(&self, ring: usize, tail: u64, mark: u64) -> Result<(), ConsumerError> {
+        if !self.exclusive {
+            return Err(self.not_exclusive());
+        }
+        if ring >= self.geo.ring_count {
+            return Err(ConsumerError::Ring {
+                path: self.path.clone(),
+                ring,
+                detail: format!("no such ring (the segment has {})", self.geo.ring_count),
+            });
+        }
+        let head = self.ring_u64(ring, RING_OFF_HEAD);
+        let old = self.ring_u64(ring, RING_OFF_TAIL);
+        let span = head.wrapping_sub(old);
+        if tail.wrapping_sub(old) > span || mark.wrapping_sub(tail) > head.wrapping_sub(tail) {
+            return Err(ConsumerError::Ring {
+                path: self.path.clone(),
+                ring,
+                detail: format!(
+                    "commit tail {tail}, mark {mark} outside the stored tail {old} .. head {head}"
+                ),
+            });
+        }
+        self.store_positions(ring, tail, mark);
+        Ok(())
+    }
+
+    fn store_positions(&self, ring: usize, tail: u64, mark: u64) {
+        let base = self.geo.rings_offset + ring * self.geo.ring_stride;
+        if let Some(m) = self.map().u64_at(base + RING_OFF_MARK) {
+            m.store(mark, Ordering::Release);
+        }
+        if let Some(t) = self.map().u64_at(base + RING_OFF_TAIL) {
+            t.store(tail, Ordering::Release);
+        }
+    }
+
+    fn read_ring_into(
         &self,
         ring: usize,
-        f: &mut impl FnMut(&Record<'_>),
-        rep: &mut DrainReport,
+        from: u64,
+        f: &mut dyn FnMut(u64, &Record<'_>),
         buf: &mut Vec<u8>,
-    ) {
+    ) -> RingRead {
         let g = self.geo;
         let base = g.rings_offset + ring * g.ring_stride;
-        let Some(tail_a) = self.map().u64_at(base + RING_OFF_TAIL) else { return };
         let cap = g.ring_capacity as u64;
         let ring_cap = self.ring_u64(ring, RING_OFF_CAPACITY);
         let head = self.ring_u64(ring, RING_OFF_HEAD);
-        let tail = tail_a.load(Ordering::Relaxed);
-        if head == tail {
-            return;
+        let tail = self.ring_u64(ring, RING_OFF_TAIL);
+        let mut out = RingRead { next: from, ..RingRead::default() };
+        if head == from {
+            return out;
         }
         let path = self.path.clone();
         if ring_cap != cap {
-            rep.errors.push(ConsumerError::Ring {
+            out.error = Some(ConsumerError::Ring {
                 path,
                 ring,
                 detail: format!("capacity field {ring_cap} differs from the header's {cap}; ring skipped"),
             });
-            return;
+            return out;
         }
         let used = head.wrapping_sub(tail);
         if used > cap {
-            rep.errors.push(ConsumerError::Ring {
+            out.error = Some(ConsumerError::Ring {
                 path,
                 ring,
                 detail: format!(
                     "head {head} and tail {tail} are {used} bytes apart (capacity {cap}); skipped to head"
                 ),
             });
-            rep.skipped_bytes += used.min(cap);
-            tail_a.store(head, Ordering::Release);
-            return;
+            out.skipped_bytes = used.min(cap);
+            out.next = head;
+            return out;
+        }
+        if from.wrapping_sub(tail) > used {
+            out.error = Some(ConsumerError::Ring {
+                path,
+                ring,
+                detail: format!("read position {from} outside tail {tail} .. head {head}; skipped to head"),
+            });
+            out.skipped_bytes = used;
+            out.next = head;
+            return out;
         }
         let data = base + RING_HEADER_SIZE;
         let mask = cap - 1;
-        let mut pos = tail;
+        let mut pos = from;
         while pos != head {
             let off = (pos & mask) as usize;
             let avail = head.wrapping_sub(pos).min(cap - off as u64) as usize;
@@ -707,13 +890,13 @@ impl Segment {
             let len = (w0 & 0xffff) as usize;
             let kind = (w0 >> 16) as u8;
             if len < 8 || !len.is_multiple_of(8) || len > avail {
-                rep.errors.push(ConsumerError::Record {
+                out.error = Some(ConsumerError::Record {
                     path: path.clone(),
                     ring,
                     pos,
                     source: RecordError::Length { len, avail },
                 });
-                rep.skipped_bytes += head.wrapping_sub(pos);
+                out.skipped_bytes += head.wrapping_sub(pos);
                 pos = head;
                 break;
             }
@@ -726,20 +909,21 @@ impl Segment {
             }
             match decode_record(buf) {
                 Ok(rec) => {
-                    f(&rec);
-                    rep.records += 1;
-                    rep.bytes += len as u64;
+                    f(pos, &rec);
+                    out.records += 1;
+                    out.bytes += len as u64;
                     pos += len as u64;
                 }
                 Err(source) => {
-                    rep.errors.push(ConsumerError::Record { path: path.clone(), ring, pos, source });
-                    rep.skipped_bytes += head.wrapping_sub(pos);
+                    out.error = Some(ConsumerError::Record { path: path.clone(), ring, pos, source });
+                    out.skipped_bytes += head.wrapping_sub(pos);
                     pos = head;
                     break;
                 }
             }
         }
-        tail_a.store(pos, Ordering::Release);
+        out.next = pos;
+        out
     }
 
     /// Write control requests (`(tracepoint id, op)`) and wake the producer; returns the

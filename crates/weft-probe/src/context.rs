@@ -43,6 +43,30 @@ fn hex_field(
     u128::from_str_radix(s, 16).map_err(|_| ContextError::Hex { format, field, value: s.to_string() })
 }
 
+/// The common case without allocation: version `00`, 55 bytes, lower-case hex, non-zero ids.
+/// Anything else goes through the general parser (which names the problem).
+fn fast_traceparent(b: &[u8]) -> Option<Context> {
+    if b.len() != 55 || &b[..3] != b"00-" || b[35] != b'-' || b[52] != b'-' {
+        return None;
+    }
+    fn hex(b: &[u8]) -> Option<u128> {
+        let mut v = 0u128;
+        for &c in b {
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                _ => return None,
+            };
+            v = (v << 4) | d as u128;
+        }
+        Some(v)
+    }
+    let trace_id = hex(&b[3..35])?;
+    let span_id = hex(&b[36..52])? as u64;
+    let flags = hex(&b[53..55])? as u8;
+    (trace_id != 0 && span_id != 0).then_some(Context { trace_id, span_id, sampled: flags & 1 != 0 })
+}
+
 /// B3 accepts upper-case hex too and 16- or 32-digit trace ids.
 fn b3_hex(field: &'static str, s: &str, digits: &[usize]) -> Result<u128, ContextError> {
     if !digits.contains(&s.len()) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -54,15 +78,48 @@ fn b3_hex(field: &'static str, s: &str, digits: &[usize]) -> Result<u128, Contex
 impl Context {
     /// W3C trace context: `00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`.
     pub fn to_traceparent(&self) -> String {
-        format!("00-{:032x}-{:016x}-{:02x}", self.trace_id, self.span_id, self.sampled as u8)
+        let mut b = [0u8; 55];
+        self.write_traceparent(&mut b);
+        // only ASCII hex digits and dashes were written
+        String::from_utf8(b.to_vec()).unwrap_or_default()
+    }
+
+    /// The `traceparent` value into a caller's buffer (no allocation); returns it as text.
+    pub fn write_traceparent<'a>(&self, b: &'a mut [u8; 55]) -> &'a str {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        fn put(b: &mut [u8], v: u128, digits: usize) {
+            for (i, d) in b[..digits].iter_mut().enumerate() {
+                *d = HEX[((v >> (4 * (digits - 1 - i))) & 0xf) as usize];
+            }
+        }
+        b[0] = b'0';
+        b[1] = b'0';
+        b[2] = b'-';
+        put(&mut b[3..35], self.trace_id, 32);
+        b[35] = b'-';
+        put(&mut b[36..52], self.span_id as u128, 16);
+        b[52] = b'-';
+        b[53] = b'0';
+        b[54] = if self.sampled { b'1' } else { b'0' };
+        std::str::from_utf8(&b[..]).unwrap_or("")
     }
 
     /// Parse a `traceparent` header value. Version `00` must be exactly 55 characters; a higher
     /// version may carry more fields after the fourth (ignored, as the spec says); `ff` is
     /// invalid.
     pub fn from_traceparent(s: &str) -> Result<Context, ContextError> {
-        const F: &str = "traceparent";
         let s = s.trim();
+        match fast_traceparent(s.as_bytes()) {
+            Some(c) => Ok(c),
+            None => general_traceparent(s),
+        }
+    }
+}
+
+/// The general `traceparent` parser (any version, every error named).
+fn general_traceparent(s: &str) -> Result<Context, ContextError> {
+    {
+        const F: &str = "traceparent";
         let parts: Vec<&str> = s.split('-').collect();
         if parts.len() < 4 {
             return Err(ContextError::Length { format: F, len: s.len(), want: "55" });
@@ -85,7 +142,9 @@ impl Context {
         }
         Ok(Context { trace_id, span_id, sampled: flags & 1 != 0 })
     }
+}
 
+impl Context {
     /// B3 single header: `<trace id>-<span id>-<sampled>` (trace id 32 hex digits).
     pub fn to_b3(&self) -> String {
         format!("{:032x}-{:016x}-{}", self.trace_id, self.span_id, if self.sampled { "1" } else { "0" })
@@ -249,5 +308,29 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got, c);
+    }
+}
+
+#[cfg(test)]
+mod fast_path {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The allocation-free path agrees with the general parser on every 55-byte input it
+        /// accepts, and on the writer's output.
+        #[test]
+        fn fast_and_general_agree(s in "00-[0-9a-fA-F]{32}-[0-9a-f]{16}-[0-9a-f]{2}", t in any::<u128>(), id in any::<u64>(), sampled in any::<bool>()) {
+            if let Some(c) = fast_traceparent(s.as_bytes()) {
+                prop_assert_eq!(general_traceparent(&s), Ok(c));
+            } else {
+                prop_assert!(general_traceparent(&s).is_err());
+            }
+            let c = Context { trace_id: t, span_id: id, sampled };
+            let mut b = [0u8; 55];
+            let w = c.write_traceparent(&mut b).to_string();
+            prop_assert_eq!(&w, &format!("00-{:032x}-{:016x}-{:02x}", t, id, sampled as u8));
+            prop_assert_eq!(fast_traceparent(w.as_bytes()), general_traceparent(&w).ok());
+        }
     }
 }

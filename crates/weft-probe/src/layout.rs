@@ -125,12 +125,22 @@
 //! | 72 | u64 A | dropped | P | records dropped because the ring was full |
 //! | 80 | u64 A | records | P | records written |
 //! | 128 | u64 A | tail | C | total bytes ever consumed (monotonic; published with release) |
+//! | 136 | u64 A | mark | C | consumer bookmark: records before it were already delivered downstream (see below) |
 //!
 //! Bytes `[tail, head)` (positions modulo capacity) hold complete records. Indices survive ring
 //! reuse: a new owner continues at `head`. A full ring drops the new record and counts it —
 //! the producer never waits. The producer computes every write position from its own head
 //! modulo its own capacity, so a consumer that corrupts `tail` can lose data but never make the
 //! producer write outside the ring.
+//!
+//! `mark` is the consumer's own bookmark; the producer never reads it. A consumer that must not
+//! lose partial state across its own restart (the agent assembles spans from several records)
+//! keeps `tail` at the first record it may still need and `mark` at the first record it has not
+//! delivered yet: a restarted consumer re-reads `[tail, mark)` only to rebuild its state and
+//! delivers from `mark` on ([`crate::consumer::Segment::read_ring`],
+//! [`crate::consumer::Segment::commit`]). A `mark` outside `[tail, head]` reads as `tail`. The
+//! word was zero (and is still ignored by producers) in segments written before it was
+//! defined, so the layout version did not change.
 //!
 //! # Records
 //!
@@ -244,6 +254,8 @@ pub const RING_OFF_HEAD: usize = 64;
 pub const RING_OFF_DROPPED: usize = 72;
 pub const RING_OFF_RECORDS: usize = 80;
 pub const RING_OFF_TAIL: usize = 128;
+/// Consumer bookmark (see the ring table).
+pub const RING_OFF_MARK: usize = 136;
 /// Ring state: never used, or reclaimable.
 pub const RING_FREE: u32 = 0;
 /// Ring state: a live thread owns it.

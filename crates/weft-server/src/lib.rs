@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod control;
 pub mod demo;
 pub mod ingest;
 pub mod jaeger;
@@ -66,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .merge(jaeger::routes())
         .merge(sql::routes())
         .merge(ui::routes())
+        .merge(control::routes())
         .route("/metrics", get(metrics_text))
         .route("/api", get(index))
         .route("/api/status", get(status))
@@ -74,7 +76,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
-    let mut r = (StatusCode::OK, state.metrics.render(&state.store)).into_response();
+    let mut text = state.metrics.render(&state.store);
+    text.push_str(&state.control.render_metrics());
+    let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     r
@@ -99,6 +103,8 @@ jaeger:   GET /api/v3/services | operations?service= | traces?query.serviceName=
 sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
           tables: spans, span_events, span_links, events\n\
 metrics:  GET /metrics (Prometheus text)\n\
+control:  POST /api/control/probes (bearer token; {\"op\":\"enable\",\"selector\":\"group:io\"}) | GET /api/control/probes/{id} |\n\
+          GET /api/control/agents | POST /api/control/poll (agents) | POST /api/agents/report (agents)\n\
 status:   GET /api/status\n\
 ui:       GET / (the web UI); GET /api/ui/services | search | trace/{id} | span/{trace}/{span} |\n\
           dependencies | compare?a=&b= | breakdown?traces=&by=&wire=&rules=\n";

@@ -33,6 +33,8 @@ pub struct ServerConfig {
     pub sql_max_rows: usize,
     /// Keys `GET /api/v2/autocompleteKeys` offers (Zipkin's `AUTOCOMPLETE_KEYS`).
     pub autocomplete_keys: Vec<String>,
+    /// Bearer token of the control API (`/api/control/*`); `None` disables it.
+    pub control_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +57,7 @@ impl Default for ServerConfig {
                 "rpc.method".into(),
                 "db.system".into(),
             ],
+            control_token: None,
         }
     }
 }
@@ -72,6 +75,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Configuration.
     pub config: ServerConfig,
+    /// The control API (commands for agents, agent reports).
+    pub control: crate::control::ControlHub,
     /// In-flight request bytes, in KiB permits.
     pub(crate) inflight: Arc<Semaphore>,
     /// Traces the UI prepared recently (see `ui::view`).
@@ -94,6 +99,7 @@ impl AppState {
             metrics: Metrics::default(),
             inflight: Arc::new(Semaphore::new(permits)),
             ui_cache: Default::default(),
+            control: crate::control::ControlHub::new(config.control_token.clone()),
             config,
         }))
     }

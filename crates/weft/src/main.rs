@@ -44,6 +44,10 @@ enum Command {
     Weave(cmd::weave::Args),
     /// Where the time went: per component (host, NIC, switch, wire) and request direction.
     Breakdown(cmd::breakdown::Args),
+    /// Run the per-node agent: drain weft-probe rings, ship spans, take tracepoint commands.
+    Agent(cmd::agent::Args),
+    /// List, enable or disable the weft-probe tracepoints of local processes.
+    Probes(cmd::probes::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +65,8 @@ fn main() -> std::process::ExitCode {
         Command::Import(a) => cmd::import::run(a),
         Command::Weave(a) => cmd::weave::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
+        Command::Agent(a) => cmd::agent::run(a),
+        Command::Probes(a) => cmd::probes::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -57,3 +57,18 @@ pub fn count_bar(total: u64, label: &str) -> ProgressBar {
     }
     bar
 }
+
+/// A spinner with a message, for commands that run until stopped (`weft agent`).
+pub fn spinner(label: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner().with_style(
+        ProgressStyle::with_template("{prefix} {spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(label.to_owned());
+    if QUIET.load(Ordering::Relaxed) {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    bar
+}

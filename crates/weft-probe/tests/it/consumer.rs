@@ -1,6 +1,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use weft_probe::consumer::{ConsumerError, RecordError, Segment};
+use weft_probe::consumer::{ConsumerError, FieldValue, RecordError, Segment};
 use weft_probe::layout::*;
 use weft_probe::{Op, Selector, tracepoint};
 
@@ -158,4 +158,85 @@ fn control_through_shared_memory() {
     assert!(seg.wait_applied(seq, Duration::from_secs(5)));
     assert!(!CTL_ON.enabled());
     weft_probe::enable(&"ctltest.always".parse::<Selector>().unwrap());
+}
+
+tracepoint!(static POS = "postest.hit", Debug, group = "postest", fields = [seq: u64]);
+
+/// `read_ring` reads without consuming; `commit` stores tail and mark; a second consumer (after
+/// the first one "died") sees the stored positions; `open_shared` controls but cannot drain.
+#[test]
+fn read_ring_commit_and_positions_survive_a_consumer_restart() {
+    let _g = crate::lock();
+    let mut seg = crate::own_segment();
+    crate::drain_all(&mut seg);
+    weft_probe::enable(&"postest.hit".parse::<Selector>().unwrap());
+    for i in 0..10u64 {
+        weft_probe::event!(POS, seq = i);
+    }
+    let id = POS.id();
+    let tid = weft_probe::tid();
+    let ring = seg.stats().rings.iter().find(|r| r.tid == tid && r.pending > 0).expect("our ring").index;
+    let p0 = seg.positions()[ring];
+    assert_eq!(p0.tail, p0.mark, "drain() leaves mark = tail");
+    assert!(p0.head > p0.tail);
+    let mut seen = Vec::new();
+    let r = seg
+        .read_ring(ring, p0.tail, |pos, rec| {
+            if rec.tracepoint == id {
+                seen.push(pos)
+            }
+        })
+        .unwrap();
+    assert_eq!(seen.len(), 10);
+    assert_eq!(r.next, p0.head);
+    assert!(r.error.is_none());
+    // nothing consumed yet: reading again gives the same records at the same positions
+    let mut again = Vec::new();
+    seg.read_ring(ring, p0.tail, |pos, rec| {
+        if rec.tracepoint == id {
+            again.push(pos)
+        }
+    })
+    .unwrap();
+    assert_eq!(seen, again);
+    assert_eq!(seg.stats().rings[ring].pending, p0.head - p0.tail);
+    // keep record 3 onwards (tail), delivered up to record 7 (mark)
+    seg.commit(ring, seen[3], seen[7]).unwrap();
+    // bad commits are refused
+    assert!(seg.commit(ring, seen[7], seen[3]).is_err(), "mark behind tail");
+    assert!(seg.commit(ring, p0.tail, p0.head + 8).is_err(), "mark past head");
+    assert!(seg.commit(ring, seen[2], seen[7]).is_err(), "tail moved backwards");
+    assert!(seg.commit(ring + 100_000, 0, 0).is_err());
+    drop(seg);
+    // "restart": a new consumer finds both positions
+    let mut seg = crate::own_segment();
+    let p1 = seg.positions()[ring];
+    assert_eq!((p1.tail, p1.mark), (seen[3], seen[7]));
+    let mut replay = Vec::new();
+    seg.read_ring(ring, p1.tail, |pos, rec| {
+        if let FieldValue::U64(s) = rec.fields[0].value {
+            replay.push((pos >= p1.mark, s))
+        }
+    })
+    .unwrap();
+    let want: Vec<(bool, u64)> = (3..10u64).map(|s| (s >= 7, s)).collect();
+    assert_eq!(replay, want);
+    // a read position outside [tail, head] is an error that skips to the head
+    let r = seg.read_ring(ring, p1.tail.wrapping_sub(8), |_, _| {}).unwrap();
+    assert!(r.error.unwrap().to_string().contains("outside"));
+    assert_eq!(r.next, p1.head);
+    // control-only handle: switches work, draining is refused, and it does not take the lock
+    let path = weft_probe::segment::segment_path().unwrap();
+    let mut ctl = Segment::open_shared(&path).unwrap();
+    assert!(ctl.read_ring(ring, p1.tail, |_, _| {}).is_err());
+    assert!(ctl.commit(ring, p1.tail, p1.mark).is_err());
+    assert!(!ctl.drain(|_| {}).errors.is_empty());
+    let (ids, seq) = ctl.switch(&"postest.hit".parse::<Selector>().unwrap(), Op::Disable).unwrap();
+    assert_eq!(ids, vec![id]);
+    assert!(ctl.wait_applied(seq, Duration::from_secs(10)));
+    assert!(!POS.enabled());
+    assert!(ctl.registry().unwrap().iter().any(|t| t.name == "postest.hit" && !t.enabled));
+    crate::drain_all(&mut seg);
+    let p2 = seg.positions()[ring];
+    assert_eq!((p2.tail, p2.mark), (p2.head, p2.head));
 }

@@ -1,6 +1,7 @@
 //! weft-server integration tests: a real server on loopback ports, a real store in a temp dir,
 //! real HTTP (ureq) and gRPC (tonic) clients. One binary, so DataFusion links once.
 
+mod control;
 mod ingest;
 mod params;
 mod reads;

@@ -309,12 +309,13 @@ impl Capture {
         let mut rings = Vec::new();
         let mut enable_now = Vec::new();
         let mut on_exec = Vec::new();
-        let opt = |layout: Layout| EventOptions {
+        let opt = |layout: Layout, context_switch: bool| EventOptions {
             layout,
             inherit: false,
             enable_on_exec: false,
             task_comm: false,
             wakeup_bytes: wakeup,
+            context_switch,
         };
         for &cpu in &cpus {
             let c = cpu as i32;
@@ -323,7 +324,7 @@ impl Capture {
                 Some(f) => {
                     let fd = PerfFd::open(
                         &EventSpec::Tracepoint { id: f.id },
-                        &opt(tp_layout),
+                        &opt(tp_layout, true),
                         -1,
                         c,
                         false,
@@ -337,7 +338,7 @@ impl Capture {
                 None => {
                     let fd = PerfFd::open(
                         &EventSpec::Dummy,
-                        &opt(dummy_layout),
+                        &opt(dummy_layout, false),
                         -1,
                         c,
                         false,
@@ -375,6 +376,7 @@ impl Capture {
                     enable_on_exec: task && exec,
                     task_comm,
                     wakeup_bytes: wakeup,
+                    context_switch: false,
                 };
                 let fd = PerfFd::open(spec, &o, pid, c, cgroup_fd.is_some(), what)?;
                 fd.set_output(&owner)?;

@@ -59,8 +59,14 @@ pub const RECORD_FORK: u32 = 7;
 pub const RECORD_SAMPLE: u32 = 9;
 /// `PERF_RECORD_LOST_SAMPLES`.
 pub const RECORD_LOST_SAMPLES: u32 = 13;
+/// `PERF_RECORD_SWITCH_CPU_WIDE` (a per-CPU event with `context_switch` set).
+pub const RECORD_SWITCH_CPU_WIDE: u32 = 15;
 /// `PERF_RECORD_MISC_COMM_EXEC` (in `misc` of a COMM record: the name changed by exec).
 pub const MISC_COMM_EXEC: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_SWITCH_OUT` (in `misc` of a SWITCH record: switch-out, else switch-in).
+pub const MISC_SWITCH_OUT: u16 = 1 << 13;
+/// `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` (the task left the CPU runnable: preempted).
+pub const MISC_SWITCH_OUT_PREEMPT: u16 = 1 << 14;
 
 /// Size of `struct perf_event_header`.
 pub const HEADER_LEN: usize = 8;
@@ -179,6 +185,20 @@ pub enum Record<'a> {
         /// When.
         time: u64,
         /// Trailer.
+        sid: SampleId,
+    },
+    /// `PERF_RECORD_SWITCH_CPU_WIDE`: the trailer's task was switched out (`out`) or in on
+    /// the trailer's CPU; `other_*` is the next task (out) or the previous one (in).
+    Switch {
+        /// A switch-out (else a switch-in).
+        out: bool,
+        /// The task left the CPU runnable (switch-outs only).
+        preempt: bool,
+        /// Process of the other task.
+        other_pid: u32,
+        /// The other task.
+        other_tid: u32,
+        /// Trailer: the task switched, when and on which CPU.
         sid: SampleId,
     },
     /// Any other record type (counted, not decoded).
@@ -314,6 +334,19 @@ impl Parser {
                     ptid: f(20)?,
                     time,
                     sid: self.trailer(rec, 32)?,
+                })
+            }
+            RECORD_SWITCH_CPU_WIDE => {
+                let f = |o: usize| {
+                    read_u32(rec, o)
+                        .ok_or(RecordError { offset: o, msg: "SWITCH_CPU_WIDE record too short".into() })
+                };
+                Ok(Record::Switch {
+                    out: misc & MISC_SWITCH_OUT != 0,
+                    preempt: misc & MISC_SWITCH_OUT_PREEMPT != 0,
+                    other_pid: f(8)?,
+                    other_tid: f(12)?,
+                    sid: self.trailer(rec, 16)?,
                 })
             }
             _ => Ok(Record::Other { ty }),

@@ -52,6 +52,8 @@ pub struct EventOptions {
     pub task_comm: bool,
     /// Wake the reader after this many bytes in the ring (0 = every record).
     pub wakeup_bytes: u32,
+    /// Emit `PERF_RECORD_SWITCH(_CPU_WIDE)` records on every context switch.
+    pub context_switch: bool,
 }
 
 /// Builds the attribute struct for `spec`.
@@ -84,6 +86,7 @@ fn attr(spec: &EventSpec, opt: &EventOptions, path: Option<&CString>) -> perf_ev
     a.set_task(opt.task_comm as u64);
     a.set_comm(opt.task_comm as u64);
     a.set_comm_exec(opt.task_comm as u64);
+    a.set_context_switch(opt.context_switch as u64);
     // CLOCK_MONOTONIC: NMI-safe, allowed for every PMU, and mapped to the epoch once per capture.
     a.set_use_clockid(1);
     a.clockid = libc::CLOCK_MONOTONIC;

@@ -1,9 +1,11 @@
 //! One module per subcommand: each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
+pub mod agent;
 pub mod breakdown;
 pub mod convert;
 pub mod import;
 pub mod loadgen;
+pub mod probes;
 pub mod query;
 pub mod record;
 pub mod serve;

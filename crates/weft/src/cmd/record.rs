@@ -281,13 +281,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let types: Vec<String> = by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
     eprintln!(
-        "weft record: {:.1}s, {} events ({}), {} lost in the kernel, {} dropped over --max-events, {} scheduler switches of untraced threads filtered, {} malformed records",
+        "weft record: {:.1}s, {} events ({}), {} lost in the kernel, {} dropped over --max-events, {} scheduler switches of untraced threads filtered, {} switch-ins recovered, {} malformed records",
         secs,
         events.len(),
         if types.is_empty() { "none".into() } else { types.join(", ") },
         stats.lost(),
         dropped,
         stats.sched_filtered,
+        stats.decode.switch_ins_recovered,
         stats.decode.malformed,
     );
     for e in &stats.decode.first_errors {

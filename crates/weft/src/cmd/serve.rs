@@ -61,6 +61,10 @@ pub struct Args {
     /// Request bytes in flight at once; past it, 429.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_inflight: u64,
+    /// Bearer token that enables the control API (`/api/control/*`: switch tracepoints through
+    /// the agents). Without it the control API is off.
+    #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
+    pub control_token: Option<String>,
 }
 
 fn listener(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -112,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
+        control_token: args.control_token.clone().filter(|t| !t.is_empty()),
         ..ServerConfig::default()
     };
 
@@ -156,6 +161,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(a) = query {
         println!("  SQL        http://{a}/api/sql   tables: spans, span_events, span_links, events");
         println!("  metrics    http://{a}/metrics   index: http://{a}/api");
+        if state.control.enabled() {
+            println!(
+                "  control    http://{a}/api/control/probes   (bearer token; agents poll /api/control/poll)"
+            );
+        }
     }
     let demo = if args.demo {
         let dc = weft_server::demo::DemoConfig { rate: args.demo_rate, ..Default::default() };

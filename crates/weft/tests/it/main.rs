@@ -1,8 +1,10 @@
 //! Integration tests of the `weft` binary (`CARGO_BIN_EXE_weft`, run as a subprocess) on real
 //! files, real peers and real kernels: the real `weft serve` driven by the OpenTelemetry Python
 //! SDK's exporters and py_zipkin (installed by `.ci/test`) and killed with SIGKILL mid-stream,
-//! LTTng, perf, ns-3, headless Chromium. One binary for all of them.
+//! real `weft agent` processes draining the archipelago example's four tiers (which re-run this
+//! test binary), LTTng, perf, ns-3, headless Chromium. One binary for all of them.
 
+mod agent;
 mod breakdown;
 mod case_study;
 mod common;

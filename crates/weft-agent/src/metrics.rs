@@ -1,0 +1,317 @@
+//! The agent's counters, its per-process congestion figures, and their Prometheus text form
+//! (served on the agent's own `GET /metrics` and summarised in the [`AgentReport`] pushed to
+//! the collector).
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::proto::{AgentReport, PipelineReport, ProcessReport};
+use crate::spool::SpoolStats;
+
+/// Counters (monotonic unless noted).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub segments_attached: AtomicU64,
+    pub segments_removed: AtomicU64,
+    pub attach_errors: AtomicU64,
+    pub records: AtomicU64,
+    /// Records the processes dropped (full ring or no ring), including exited processes.
+    pub records_dropped: AtomicU64,
+    pub record_errors: AtomicU64,
+    pub skipped_bytes: AtomicU64,
+    pub spans_built: AtomicU64,
+    pub event_spans: AtomicU64,
+    pub spans_incomplete: AtomicU64,
+    pub spans_evicted: AtomicU64,
+    pub orphans_dropped: AtomicU64,
+    pub pins_released: AtomicU64,
+    pub batches_spooled: AtomicU64,
+    pub spool_errors: AtomicU64,
+    pub batches_sent: AtomicU64,
+    pub spans_sent: AtomicU64,
+    /// Spans the collector refused as invalid (partial success).
+    pub spans_rejected: AtomicU64,
+    /// Batches the collector refused as a whole (4xx).
+    pub batches_refused: AtomicU64,
+    pub spans_refused: AtomicU64,
+    pub send_errors: AtomicU64,
+    pub send_micros: AtomicU64,
+    /// Gauge: the last send attempt reached the collector.
+    pub collector_up: AtomicBool,
+    pub control_requests: AtomicU64,
+    /// Commands refused or failed (malformed messages included).
+    pub control_errors: Arc<AtomicU64>,
+    pub reports_sent: AtomicU64,
+    pub report_errors: AtomicU64,
+    /// Gauge: open spans over all processes.
+    pub open_spans: AtomicU64,
+    processes: Mutex<Vec<ProcessReport>>,
+    spool: Mutex<SpoolStats>,
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+impl Metrics {
+    /// Replace the per-process figures (the drain loop, every cycle).
+    pub fn set_processes(&self, p: Vec<ProcessReport>) {
+        *self.processes.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    pub fn processes(&self) -> Vec<ProcessReport> {
+        self.processes.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn set_spool(&self, s: SpoolStats) {
+        *self.spool.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    pub fn spool(&self) -> SpoolStats {
+        *self.spool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The report pushed to the collector.
+    pub fn report(&self, agent: &str, host: &str) -> AgentReport {
+        let s = self.spool();
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        AgentReport {
+            agent: agent.to_string(),
+            host: host.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            unix_ns: weft_probe::clock::realtime_ns(),
+            processes: self.processes(),
+            pipeline: PipelineReport {
+                spool_bytes: s.bytes,
+                spool_limit_bytes: s.limit_bytes,
+                spool_batches: s.pending_batches,
+                spool_dropped_batches: s.dropped_batches,
+                spool_dropped_spans: s.dropped_spans,
+                batches_sent: g(&self.batches_sent),
+                spans_sent: g(&self.spans_sent),
+                spans_rejected: g(&self.spans_rejected) + g(&self.spans_refused),
+                send_errors: g(&self.send_errors),
+            },
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut c = |name: &str, help: &str, kind: &str, v: u64| {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        };
+        c(
+            "weft_agent_segments_attached_total",
+            "Probe segments attached.",
+            "counter",
+            g(&self.segments_attached),
+        );
+        c(
+            "weft_agent_segments_removed_total",
+            "Segments of exited processes drained and removed.",
+            "counter",
+            g(&self.segments_removed),
+        );
+        c(
+            "weft_agent_attach_errors_total",
+            "Segments that could not be attached (corrupt, busy, unreadable).",
+            "counter",
+            g(&self.attach_errors),
+        );
+        c("weft_agent_records_total", "Probe records read.", "counter", g(&self.records));
+        c(
+            "weft_agent_records_dropped_total",
+            "Records the processes dropped (full ring, no ring), exited ones included.",
+            "counter",
+            g(&self.records_dropped),
+        );
+        c(
+            "weft_agent_record_errors_total",
+            "Corrupt records or ring headers (the rest of the ring was skipped).",
+            "counter",
+            g(&self.record_errors),
+        );
+        c(
+            "weft_agent_skipped_bytes_total",
+            "Ring bytes skipped after corruption.",
+            "counter",
+            g(&self.skipped_bytes),
+        );
+        c("weft_agent_spans_total", "Spans built (including event spans).", "counter", g(&self.spans_built));
+        c(
+            "weft_agent_event_spans_total",
+            "Zero-length spans built from standalone tracepoint events.",
+            "counter",
+            g(&self.event_spans),
+        );
+        c(
+            "weft_agent_spans_incomplete_total",
+            "Spans emitted without their start or end.",
+            "counter",
+            g(&self.spans_incomplete),
+        );
+        c(
+            "weft_agent_spans_evicted_total",
+            "Open spans emitted early (open-span bound).",
+            "counter",
+            g(&self.spans_evicted),
+        );
+        c(
+            "weft_agent_orphans_dropped_total",
+            "Annotations/events of unknown spans dropped.",
+            "counter",
+            g(&self.orphans_dropped),
+        );
+        c(
+            "weft_agent_pins_released_total",
+            "Open spans whose records were released before they ended.",
+            "counter",
+            g(&self.pins_released),
+        );
+        c("weft_agent_open_spans", "Open spans being assembled.", "gauge", g(&self.open_spans));
+        c(
+            "weft_agent_batches_spooled_total",
+            "Batches appended to the spool.",
+            "counter",
+            g(&self.batches_spooled),
+        );
+        c("weft_agent_spool_errors_total", "Spool I/O errors.", "counter", g(&self.spool_errors));
+        c(
+            "weft_agent_batches_sent_total",
+            "Batches acknowledged by the collector.",
+            "counter",
+            g(&self.batches_sent),
+        );
+        c(
+            "weft_agent_spans_sent_total",
+            "Spans acknowledged by the collector.",
+            "counter",
+            g(&self.spans_sent),
+        );
+        c(
+            "weft_agent_spans_rejected_total",
+            "Spans the collector refused as invalid.",
+            "counter",
+            g(&self.spans_rejected),
+        );
+        c(
+            "weft_agent_batches_refused_total",
+            "Batches the collector refused (4xx) and that were dropped.",
+            "counter",
+            g(&self.batches_refused),
+        );
+        c("weft_agent_spans_refused_total", "Spans in refused batches.", "counter", g(&self.spans_refused));
+        c("weft_agent_send_errors_total", "Failed send attempts (retried).", "counter", g(&self.send_errors));
+        c(
+            "weft_agent_collector_up",
+            "1 when the last send reached the collector.",
+            "gauge",
+            self.collector_up.load(Ordering::Relaxed) as u64,
+        );
+        c(
+            "weft_agent_control_requests_total",
+            "Control commands executed.",
+            "counter",
+            g(&self.control_requests),
+        );
+        c(
+            "weft_agent_control_errors_total",
+            "Control commands refused.",
+            "counter",
+            self.control_errors.load(Ordering::Relaxed),
+        );
+        c(
+            "weft_agent_reports_sent_total",
+            "Congestion reports the collector accepted.",
+            "counter",
+            g(&self.reports_sent),
+        );
+        c(
+            "weft_agent_report_errors_total",
+            "Congestion reports that failed.",
+            "counter",
+            g(&self.report_errors),
+        );
+        let s = self.spool();
+        c("weft_agent_spool_bytes", "Bytes in the spool.", "gauge", s.bytes);
+        c("weft_agent_spool_max_bytes", "Largest spool size reached.", "gauge", s.max_bytes);
+        c("weft_agent_spool_limit_bytes", "Spool bound.", "gauge", s.limit_bytes);
+        c(
+            "weft_agent_spool_pending_batches",
+            "Batches waiting for an acknowledgement.",
+            "gauge",
+            s.pending_batches,
+        );
+        c(
+            "weft_agent_spool_pending_spans",
+            "Spans waiting for an acknowledgement.",
+            "gauge",
+            s.pending_spans,
+        );
+        c(
+            "weft_agent_spool_dropped_batches_total",
+            "Batches dropped because the spool was full.",
+            "counter",
+            s.dropped_batches,
+        );
+        c(
+            "weft_agent_spool_dropped_spans_total",
+            "Spans dropped because the spool was full.",
+            "counter",
+            s.dropped_spans,
+        );
+        c(
+            "weft_agent_spool_corrupt_records_total",
+            "Torn or corrupt spool records cut.",
+            "counter",
+            s.corrupt_records,
+        );
+        let procs = self.processes();
+        type Get = fn(&ProcessReport) -> String;
+        let per: [(&str, &str, &str, Get); 9] = [
+            ("weft_agent_process_ring_occupancy_max", "Fullest ring's occupancy (0..1).", "gauge", |p| {
+                format!("{}", p.max_occupancy)
+            }),
+            ("weft_agent_process_pending_bytes", "Recorded bytes not yet released.", "gauge", |p| {
+                p.pending_bytes.to_string()
+            }),
+            ("weft_agent_process_capacity_bytes", "Ring bytes in all.", "gauge", |p| {
+                p.capacity_bytes.to_string()
+            }),
+            ("weft_agent_process_rings_in_use", "Rings owned by live threads.", "gauge", |p| {
+                p.rings_in_use.to_string()
+            }),
+            (
+                "weft_agent_process_dropped_ring_full_total",
+                "Records dropped because a ring was full.",
+                "counter",
+                |p| p.dropped_ring_full.to_string(),
+            ),
+            (
+                "weft_agent_process_dropped_no_ring_total",
+                "Records dropped because no ring was free.",
+                "counter",
+                |p| p.dropped_no_ring.to_string(),
+            ),
+            ("weft_agent_process_records_total", "Records read from the process.", "counter", |p| {
+                p.records.to_string()
+            }),
+            ("weft_agent_process_spans_total", "Spans built from the process.", "counter", |p| {
+                p.spans.to_string()
+            }),
+            ("weft_agent_process_tracepoints_enabled", "Tracepoints enabled.", "gauge", |p| {
+                p.tracepoints_enabled.to_string()
+            }),
+        ];
+        for (name, help, kind, get) in per {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for p in &procs {
+                let _ = writeln!(o, "{name}{{pid=\"{}\",service=\"{}\"}} {}", p.pid, esc(&p.service), get(p));
+            }
+        }
+        o
+    }
+}

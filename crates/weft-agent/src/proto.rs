@@ -1,0 +1,345 @@
+//! Wire types shared by the agent, `weft probes` and the collector's control API (JSON).
+//!
+//! * Local control (`weft probes` → agent, Unix socket): one [`ProbeCommand`] per line, answered
+//!   by one [`LocalReply`] per line.
+//! * Collector control (`POST /api/control/probes`, bearer token): a [`ProbeCommand`] (with an
+//!   optional `agent` filter); agents fetch commands with [`PollRequest`] → [`PollResponse`] and
+//!   return one [`CommandResult`] each.
+//! * Congestion reports (`POST /api/agents/report`): an [`AgentReport`].
+//!
+//! Every message is bounded ([`MAX_MESSAGE_BYTES`]) and checked by [`ProbeCommand::validate`]
+//! before anything is switched: a malformed command is refused with a message naming the field.
+
+use serde::{Deserialize, Serialize};
+use weft_probe::{Op, Selector, select::glob_match};
+
+/// Largest control message (request or command) accepted, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// What a command does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeOp {
+    /// List the tracepoints (optionally only those `selector` matches).
+    List,
+    /// Enable every tracepoint `selector` matches.
+    Enable,
+    /// Disable every tracepoint `selector` matches, except always-on ones.
+    Disable,
+    /// Disable every matching tracepoint, always-on ones included.
+    ForceDisable,
+}
+
+impl ProbeOp {
+    /// The probe switch, `None` for `list`.
+    pub fn switch(self) -> Option<Op> {
+        match self {
+            ProbeOp::List => None,
+            ProbeOp::Enable => Some(Op::Enable),
+            ProbeOp::Disable => Some(Op::Disable),
+            ProbeOp::ForceDisable => Some(Op::ForceDisable),
+        }
+    }
+
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeOp::List => "list",
+            ProbeOp::Enable => "enable",
+            ProbeOp::Disable => "disable",
+            ProbeOp::ForceDisable => "force_disable",
+        }
+    }
+}
+
+/// A control command: what to switch, and in which processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeCommand {
+    pub op: ProbeOp,
+    /// Tracepoint selector (`name:X`, `glob:P`, `group:G`, `level:L`, `all`, or a bare name or
+    /// glob; see [`weft_probe::Selector`]). Required for switches; optional filter for `list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Only this process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Only processes whose service name matches this glob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Collector only: only agents whose name matches this glob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// Why a command was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("control message of {0} bytes exceeds the limit of {MAX_MESSAGE_BYTES} bytes")]
+    TooLarge(usize),
+    #[error("control message is not a valid command: {0}")]
+    Json(String),
+    #[error("field selector: {0}")]
+    Selector(String),
+    #[error("field selector: required for {0}")]
+    MissingSelector(&'static str),
+    #[error("field {field}: {detail}")]
+    Field { field: &'static str, detail: String },
+}
+
+impl ProbeCommand {
+    /// Parse and validate a JSON command (bounded; never panics).
+    pub fn parse(bytes: &[u8]) -> Result<ProbeCommand, CommandError> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(CommandError::TooLarge(bytes.len()));
+        }
+        let cmd: ProbeCommand =
+            serde_json::from_slice(bytes).map_err(|e| CommandError::Json(e.to_string()))?;
+        cmd.validate()?;
+        Ok(cmd)
+    }
+
+    /// Check every field; returns the parsed selector (`None` for a `list` without one).
+    pub fn validate(&self) -> Result<Option<Selector>, CommandError> {
+        for (field, v) in [("service", &self.service), ("agent", &self.agent)] {
+            if let Some(v) = v
+                && (v.is_empty() || v.len() > 256)
+            {
+                return Err(CommandError::Field { field, detail: "must be 1..=256 bytes".into() });
+            }
+        }
+        if self.pid == Some(0) {
+            return Err(CommandError::Field { field: "pid", detail: "0 is not a process id".into() });
+        }
+        match (&self.selector, self.op) {
+            (None, ProbeOp::List) => Ok(None),
+            (None, op) => Err(CommandError::MissingSelector(op.as_str())),
+            (Some(s), _) => {
+                if s.len() > 1024 {
+                    return Err(CommandError::Selector("longer than 1024 bytes".into()));
+                }
+                Selector::parse(s).map(Some).map_err(|e| CommandError::Selector(e.to_string()))
+            }
+        }
+    }
+
+    /// Does this command address a process with this pid and service?
+    pub fn targets(&self, pid: u32, service: &str) -> bool {
+        self.pid.is_none_or(|p| p == pid) && self.service.as_deref().is_none_or(|g| glob_match(g, service))
+    }
+}
+
+/// One tracepoint in a `list` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracepointEntry {
+    pub id: u32,
+    pub name: String,
+    pub level: String,
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub fields: String,
+    pub enabled: bool,
+    #[serde(default)]
+    pub always_on: bool,
+    #[serde(default)]
+    pub span: bool,
+}
+
+impl From<&weft_probe::TracepointInfo> for TracepointEntry {
+    fn from(t: &weft_probe::TracepointInfo) -> Self {
+        TracepointEntry {
+            id: t.id,
+            name: t.name.clone(),
+            level: t.level.as_str().to_string(),
+            group: t.group.clone(),
+            fields: t.fields.trim_end_matches(',').to_string(),
+            enabled: t.enabled,
+            always_on: t.always_on(),
+            span: t.is_span(),
+        }
+    }
+}
+
+/// What one process did with a command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessOutcome {
+    pub pid: u32,
+    pub service: String,
+    /// Segment file name.
+    pub segment: String,
+    /// Tracepoints the selector matched.
+    pub matched: usize,
+    /// The process acknowledged the switch (its control thread applied it).
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `list` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracepoints: Vec<TracepointEntry>,
+}
+
+/// What one agent did with a command.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CommandResult {
+    pub agent: String,
+    pub host: String,
+    pub processes: Vec<ProcessOutcome>,
+    /// The command was refused as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The agent's answer on the local socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalReply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<CommandResult>,
+}
+
+/// A command queued at the collector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedCommand {
+    /// Increasing id.
+    pub id: u64,
+    pub command: ProbeCommand,
+}
+
+/// Agent → collector: results of executed commands, and a request for new ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollRequest {
+    pub agent: String,
+    pub host: String,
+    /// The cursor of the last answer (`None` on the agent's first poll: the collector then
+    /// answers with its current cursor and no old commands).
+    #[serde(default)]
+    pub after: Option<u64>,
+    /// Results of commands executed since the last poll, by command id.
+    #[serde(default)]
+    pub results: Vec<(u64, CommandResult)>,
+    /// How long the collector may hold the request waiting for a command (capped at 30 s).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// Collector → agent.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PollResponse {
+    /// The cursor to send as `after` next time.
+    pub cursor: u64,
+    pub commands: Vec<QueuedCommand>,
+}
+
+/// One instrumented process in an [`AgentReport`] (VAIF's congestion signal).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ProcessReport {
+    pub pid: u32,
+    pub service: String,
+    pub segment: String,
+    pub alive: bool,
+    /// Rings owned by live threads.
+    pub rings_in_use: u32,
+    pub rings: u32,
+    /// Bytes recorded and not yet released by the agent, over all rings.
+    pub pending_bytes: u64,
+    pub capacity_bytes: u64,
+    /// Fullest ring's occupancy in [0, 1].
+    pub max_occupancy: f64,
+    /// Records dropped because a ring was full.
+    pub dropped_ring_full: u64,
+    /// Records dropped because no ring was free.
+    pub dropped_no_ring: u64,
+    /// Records the agent read.
+    pub records: u64,
+    /// Spans (and standalone events) the agent built.
+    pub spans: u64,
+    /// Tracepoints exported / enabled.
+    pub tracepoints: u32,
+    pub tracepoints_enabled: u32,
+    pub ctl_rejected: u32,
+    pub ctl_protected: u32,
+}
+
+/// The agent's own pipeline figures in an [`AgentReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PipelineReport {
+    pub spool_bytes: u64,
+    pub spool_limit_bytes: u64,
+    pub spool_batches: u64,
+    pub spool_dropped_batches: u64,
+    pub spool_dropped_spans: u64,
+    pub batches_sent: u64,
+    pub spans_sent: u64,
+    pub spans_rejected: u64,
+    pub send_errors: u64,
+}
+
+/// Agent → collector, every few seconds.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AgentReport {
+    pub agent: String,
+    pub host: String,
+    pub version: String,
+    pub unix_ns: u64,
+    pub processes: Vec<ProcessReport>,
+    pub pipeline: PipelineReport,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_validate_with_named_fields() {
+        let ok =
+            ProbeCommand::parse(br#"{"op":"enable","selector":"group:blocker.io","service":"bl*"}"#).unwrap();
+        assert_eq!(ok.op, ProbeOp::Enable);
+        assert!(ok.targets(7, "blocker"));
+        assert!(!ok.targets(7, "mapper"));
+        let list = ProbeCommand::parse(br#"{"op":"list"}"#).unwrap();
+        assert!(list.validate().unwrap().is_none());
+        for (bad, want) in [
+            (&br#"{"op":"enable"}"#[..], "required for enable"),
+            (br#"{"op":"enable","selector":"level:loud"}"#, "field selector"),
+            (br#"{"op":"explode","selector":"x"}"#, "unknown variant"),
+            (br#"{"op":"enable","selector":"x","bogus":1}"#, "unknown field"),
+            (br#"{"op":"enable","selector":"x","pid":0}"#, "field pid"),
+            (br#"{"op":"enable","selector":"x","service":""}"#, "field service"),
+            (br#"not json"#, "not a valid command"),
+            (br#"{"op":"enable","selector":"x","pid":-3}"#, "not a valid command"),
+        ] {
+            let e = ProbeCommand::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{}: {e}", String::from_utf8_lossy(bad));
+        }
+        let huge = vec![b' '; MAX_MESSAGE_BYTES + 1];
+        assert!(matches!(ProbeCommand::parse(&huge), Err(CommandError::TooLarge(_))));
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+                let _ = ProbeCommand::parse(&bytes);
+            }
+
+            #[test]
+            fn valid_commands_round_trip(
+                op in 0usize..4,
+                sel in "(group:|glob:|name:)?[a-z][a-z.*]{0,20}",
+                pid in proptest::option::of(1u32..1_000_000),
+                service in proptest::option::of("[a-z*]{1,12}"),
+            ) {
+                let op = [ProbeOp::List, ProbeOp::Enable, ProbeOp::Disable, ProbeOp::ForceDisable][op];
+                let cmd = ProbeCommand { op, selector: Some(sel), pid, service, agent: None };
+                let bytes = serde_json::to_vec(&cmd).unwrap();
+                prop_assert_eq!(ProbeCommand::parse(&bytes).unwrap(), cmd);
+            }
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! The control API: switch tracepoints in instrumented processes through their agents, and the
+//! agents' congestion reports.
+//!
+//! | route | auth | what |
+//! |---|---|---|
+//! | `POST /api/control/probes[?wait=2s]` | bearer | queue a [`ProbeCommand`] (JSON) for the agents; with `wait`, answer once every targeted agent reported (or the wait ended) |
+//! | `GET /api/control/probes` | bearer | recent commands |
+//! | `GET /api/control/probes/{id}` | bearer | a command with its results per agent and process |
+//! | `GET /api/control/agents` | bearer | agents seen, with their last report |
+//! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
+//! | `POST /api/agents/report` | none (like ingest) | an agent's [`AgentReport`]: per-process ring occupancy and drops, its spool; shown on `/metrics` |
+//!
+//! The token comes from `weft serve --control-token` (or `WEFT_CONTROL_TOKEN`); without one the
+//! `/api/control/*` routes answer 404 (control disabled). A missing or wrong token gets 401. Every
+//! body is bounded ([`MAX_MESSAGE_BYTES`] for commands, 16 MiB for polls, 1 MiB for reports);
+//! a malformed command gets 400 naming the field. The collector keeps the last
+//! [`MAX_COMMANDS`] commands and [`MAX_AGENTS`] agents (the staler ones go first).
+//!
+//! An agent's first poll (no `after`) only learns the current cursor: commands are for the
+//! processes running when they are issued, not replayed to agents that connect later.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use weft_agent::proto::{
+    AgentReport, CommandResult, MAX_MESSAGE_BYTES, PollRequest, PollResponse, ProbeCommand, QueuedCommand,
+};
+use weft_probe::select::glob_match;
+
+use crate::api::{ApiError, json_bytes};
+use crate::state::AppState;
+
+/// Commands kept.
+pub const MAX_COMMANDS: usize = 1024;
+/// Agents tracked.
+pub const MAX_AGENTS: usize = 4096;
+/// An agent that has not polled or reported for this long is not a command target.
+pub const AGENT_STALE: Duration = Duration::from_secs(60);
+
+struct Entry {
+    id: u64,
+    command: ProbeCommand,
+    created: SystemTime,
+    targets: Vec<String>,
+    results: BTreeMap<String, CommandResult>,
+}
+
+struct AgentEntry {
+    host: String,
+    last_seen: Instant,
+    polling: bool,
+    report: Option<AgentReport>,
+}
+
+#[derive(Default)]
+struct Hub {
+    next_id: u64,
+    commands: VecDeque<Entry>,
+    agents: HashMap<String, AgentEntry>,
+}
+
+/// Counters of the control API.
+#[derive(Debug, Default)]
+pub struct ControlCounters {
+    /// Commands queued.
+    pub commands: AtomicU64,
+    /// Requests refused for their token.
+    pub unauthorized: AtomicU64,
+    /// Requests refused as malformed.
+    pub malformed: AtomicU64,
+    /// Agent polls.
+    pub polls: AtomicU64,
+    /// Agent reports.
+    pub reports: AtomicU64,
+}
+
+/// The control API's state (in [`AppState`]).
+pub struct ControlHub {
+    token: Option<String>,
+    hub: Mutex<Hub>,
+    notify: tokio::sync::Notify,
+    /// Counters (rendered on `/metrics`).
+    pub counters: ControlCounters,
+}
+
+impl ControlHub {
+    /// A hub; `token = None` disables the control routes.
+    pub fn new(token: Option<String>) -> ControlHub {
+        ControlHub {
+            token: token.filter(|t| !t.is_empty()),
+            hub: Mutex::new(Hub { next_id: 1, ..Hub::default() }),
+            notify: tokio::sync::Notify::new(),
+            counters: ControlCounters::default(),
+        }
+    }
+
+    /// Is the control API enabled?
+    pub fn enabled(&self) -> bool {
+        self.token.is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Hub> {
+        self.hub.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(want) = &self.token else {
+            return Err(ApiError::not_found(
+                "the control API is disabled: start weft serve with --control-token (or WEFT_CONTROL_TOKEN)",
+            ));
+        };
+        let got = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        match got {
+            Some(g) if constant_time_eq(g.as_bytes(), want.as_bytes()) => Ok(()),
+            _ => {
+                self.counters.unauthorized.fetch_add(1, Ordering::Relaxed);
+                Err(ApiError {
+                    status: StatusCode::UNAUTHORIZED,
+                    message: "missing or wrong bearer token (Authorization: Bearer <--control-token>)".into(),
+                })
+            }
+        }
+    }
+
+    fn seen(hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
+        if !hub.agents.contains_key(agent) && hub.agents.len() >= MAX_AGENTS {
+            let oldest = hub.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                hub.agents.remove(&k);
+            }
+        }
+        let e = hub.agents.entry(agent.to_string()).or_insert_with(|| AgentEntry {
+            host: host.to_string(),
+            last_seen: Instant::now(),
+            polling,
+            report: None,
+        });
+        e.last_seen = Instant::now();
+        e.host = host.to_string();
+        e.polling |= polling;
+        true
+    }
+
+    /// Prometheus text for the agents' reports (appended to `/metrics`).
+    pub fn render_metrics(&self) -> String {
+        let hub = self.lock();
+        let mut o = String::new();
+        let c = &self.counters;
+        let _ = writeln!(
+            o,
+            "# HELP weft_control_commands_total Control commands accepted.\n# TYPE weft_control_commands_total counter\nweft_control_commands_total {}",
+            c.commands.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_control_unauthorized_total Control requests refused for their token.\n# TYPE weft_control_unauthorized_total counter\nweft_control_unauthorized_total {}",
+            c.unauthorized.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_control_malformed_total Control requests refused as malformed.\n# TYPE weft_control_malformed_total counter\nweft_control_malformed_total {}",
+            c.malformed.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_agent_reports_total Agent reports received.\n# TYPE weft_agent_reports_total counter\nweft_agent_reports_total {}",
+            c.reports.load(Ordering::Relaxed)
+        );
+        let live = hub.agents.values().filter(|a| a.last_seen.elapsed() < AGENT_STALE).count();
+        let _ = writeln!(
+            o,
+            "# HELP weft_agents Agents seen in the last minute.\n# TYPE weft_agents gauge\nweft_agents {live}"
+        );
+        type G = fn(&weft_agent::proto::ProcessReport) -> String;
+        let per: [(&str, &str, G); 5] = [
+            (
+                "weft_agent_process_ring_occupancy_max",
+                "Fullest probe ring of the process (0..1), as its agent last reported.",
+                |p| p.max_occupancy.to_string(),
+            ),
+            ("weft_agent_process_pending_bytes", "Probe bytes recorded and not yet drained.", |p| {
+                p.pending_bytes.to_string()
+            }),
+            ("weft_agent_process_dropped_ring_full", "Records dropped because a ring was full.", |p| {
+                p.dropped_ring_full.to_string()
+            }),
+            ("weft_agent_process_dropped_no_ring", "Records dropped because no ring was free.", |p| {
+                p.dropped_no_ring.to_string()
+            }),
+            ("weft_agent_process_records", "Records the agent drained.", |p| p.records.to_string()),
+        ];
+        let mut agents: Vec<(&String, &AgentEntry)> = hub.agents.iter().collect();
+        agents.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, help, get) in per {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (agent, e) in &agents {
+                let Some(r) = &e.report else { continue };
+                for p in &r.processes {
+                    let _ = writeln!(
+                        o,
+                        "{name}{{agent=\"{}\",pid=\"{}\",service=\"{}\"}} {}",
+                        esc(agent),
+                        p.pid,
+                        esc(&p.service),
+                        get(p)
+                    );
+                }
+            }
+        }
+        type P = fn(&weft_agent::proto::PipelineReport) -> u64;
+        let spool: [(&str, P); 4] = [
+            ("weft_agent_spool_bytes", |p| p.spool_bytes),
+            ("weft_agent_spool_dropped_spans", |p| p.spool_dropped_spans),
+            ("weft_agent_spans_sent", |p| p.spans_sent),
+            ("weft_agent_send_errors", |p| p.send_errors),
+        ];
+        for (name, get) in spool {
+            let _ = writeln!(o, "# TYPE {name} gauge");
+            for (agent, e) in &agents {
+                if let Some(r) = &e.report {
+                    let _ = writeln!(o, "{name}{{agent=\"{}\"}} {}", esc(agent), get(&r.pipeline));
+                }
+            }
+        }
+        o
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Routes (merged into the router).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/control/probes", post(submit).get(list_commands))
+        .route("/api/control/probes/{id}", get(get_command))
+        .route("/api/control/agents", get(list_agents))
+        .route("/api/control/poll", post(poll))
+        .route("/api/agents/report", post(report))
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_big = e.to_string().contains("length limit")
+            || std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"));
+        if too_big {
+            ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                message: format!("body exceeds the limit of {limit} bytes"),
+            }
+        } else {
+            ApiError::bad_request(format!("reading the body: {e}"))
+        }
+    })
+}
+
+fn json<T: Serialize>(status: StatusCode, v: &T) -> Response {
+    let mut r = json_bytes(serde_json::to_vec(v).unwrap_or_default());
+    *r.status_mut() = status;
+    r
+}
+
+#[derive(Serialize)]
+struct CommandView {
+    id: u64,
+    command: ProbeCommand,
+    created_unix_ms: u64,
+    targets: Vec<String>,
+    results: Vec<CommandResult>,
+    complete: bool,
+    /// Tracepoints matched and processes that acknowledged, over every result.
+    matched: usize,
+    applied_processes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+}
+
+fn view(e: &Entry) -> CommandView {
+    let results: Vec<CommandResult> = e.results.values().cloned().collect();
+    let matched = results.iter().flat_map(|r| &r.processes).map(|p| p.matched).sum();
+    let applied_processes = results.iter().flat_map(|r| &r.processes).filter(|p| p.applied).count();
+    CommandView {
+        id: e.id,
+        command: e.command.clone(),
+        created_unix_ms: e
+            .created
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        targets: e.targets.clone(),
+        complete: e.targets.iter().all(|t| e.results.contains_key(t)),
+        results,
+        matched,
+        applied_processes,
+        warning: e
+            .targets
+            .is_empty()
+            .then(|| "no agent is polling this collector: nothing was switched".into()),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct WaitParam {
+    wait: Option<String>,
+}
+
+fn parse_wait(s: &str) -> Result<Duration, ApiError> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).unwrap_or((s, "ms"));
+    let n: u64 =
+        num.parse().map_err(|_| ApiError::bad_request(format!("wait={s:?}: expected e.g. 2s or 500ms")))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        _ => return Err(ApiError::bad_request(format!("wait={s:?}: unit must be ms or s"))),
+    };
+    Ok(d.min(Duration::from_secs(30)))
+}
+
+async fn submit(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WaitParam>,
+    body: Body,
+) -> Response {
+    let c = &st.control;
+    if let Err(e) = c.check(&headers) {
+        return e.into_response();
+    }
+    let wait = match q.wait.as_deref().map(parse_wait).transpose() {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let bytes = match read_body(body, MAX_MESSAGE_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            return e.into_response();
+        }
+    };
+    let cmd = match ProbeCommand::parse(&bytes) {
+        Ok(c) => c,
+        Err(e) => {
+            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            return ApiError::bad_request(e.to_string()).into_response();
+        }
+    };
+    let id = {
+        let mut hub = c.lock();
+        let id = hub.next_id;
+        hub.next_id += 1;
+        let targets: Vec<String> = {
+            let mut t: Vec<String> = hub
+                .agents
+                .iter()
+                .filter(|(name, a)| {
+                    a.polling
+                        && a.last_seen.elapsed() < AGENT_STALE
+                        && cmd.agent.as_deref().is_none_or(|g| glob_match(g, name))
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            t.sort();
+            t
+        };
+        if hub.commands.len() >= MAX_COMMANDS {
+            hub.commands.pop_front();
+        }
+        hub.commands.push_back(Entry {
+            id,
+            command: cmd,
+            created: SystemTime::now(),
+            targets,
+            results: BTreeMap::new(),
+        });
+        id
+    };
+    c.counters.commands.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(id, "control command queued");
+    c.notify.notify_waiters();
+    if let Some(w) = wait {
+        let deadline = tokio::time::Instant::now() + w;
+        loop {
+            let notified = c.notify.notified();
+            let done = c.lock().commands.iter().find(|e| e.id == id).is_none_or(|e| view(e).complete);
+            if done || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+    let hub = c.lock();
+    match hub.commands.iter().find(|e| e.id == id) {
+        Some(e) => {
+            let v = view(e);
+            json(if v.complete { StatusCode::OK } else { StatusCode::ACCEPTED }, &v)
+        }
+        None => ApiError::not_found("the command was evicted").into_response(),
+    }
+}
+
+async fn list_commands(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = st.control.check(&headers) {
+        return e.into_response();
+    }
+    let hub = st.control.lock();
+    let v: Vec<CommandView> = hub.commands.iter().rev().take(100).map(view).collect();
+    json(StatusCode::OK, &v)
+}
+
+async fn get_command(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    if let Err(e) = st.control.check(&headers) {
+        return e.into_response();
+    }
+    let Ok(id) = id.parse::<u64>() else {
+        return ApiError::bad_request(format!("command id {id:?} is not a number")).into_response();
+    };
+    let hub = st.control.lock();
+    match hub.commands.iter().find(|e| e.id == id) {
+        Some(e) => json(StatusCode::OK, &view(e)),
+        None => {
+            ApiError::not_found(format!("no command {id} (the last {MAX_COMMANDS} are kept)")).into_response()
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct AgentView<'a> {
+    agent: &'a str,
+    host: &'a str,
+    last_seen_ms_ago: u64,
+    polling: bool,
+    report: Option<&'a AgentReport>,
+}
+
+async fn list_agents(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = st.control.check(&headers) {
+        return e.into_response();
+    }
+    let hub = st.control.lock();
+    let mut v: Vec<AgentView<'_>> = hub
+        .agents
+        .iter()
+        .map(|(k, a)| AgentView {
+            agent: k,
+            host: &a.host,
+            last_seen_ms_ago: a.last_seen.elapsed().as_millis() as u64,
+            polling: a.polling,
+            report: a.report.as_ref(),
+        })
+        .collect();
+    v.sort_by(|a, b| a.agent.cmp(b.agent));
+    json(StatusCode::OK, &v)
+}
+
+fn pending_for(hub: &Hub, agent: &str, after: u64) -> Vec<QueuedCommand> {
+    hub.commands
+        .iter()
+        .filter(|e| e.id > after && e.command.agent.as_deref().is_none_or(|g| glob_match(g, agent)))
+        .take(64)
+        .map(|e| QueuedCommand { id: e.id, command: e.command.clone() })
+        .collect()
+}
+
+async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let c = &st.control;
+    if let Err(e) = c.check(&headers) {
+        return e.into_response();
+    }
+    let bytes = match read_body(body, 16 << 20).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let req: PollRequest = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            return ApiError::bad_request(format!("poll request: {e}")).into_response();
+        }
+    };
+    if req.agent.is_empty() || req.agent.len() > 256 {
+        return ApiError::bad_request("poll request: field agent must be 1..=256 bytes").into_response();
+    }
+    c.counters.polls.fetch_add(1, Ordering::Relaxed);
+    let got_results = !req.results.is_empty();
+    {
+        let mut hub = c.lock();
+        ControlHub::seen(&mut hub, &req.agent, &req.host, true);
+        for (id, res) in req.results {
+            if let Some(e) = hub.commands.iter_mut().find(|e| e.id == id) {
+                if !e.targets.contains(&req.agent) {
+                    e.targets.push(req.agent.clone());
+                }
+                e.results.insert(req.agent.clone(), res);
+            }
+        }
+    }
+    if got_results {
+        c.notify.notify_waiters();
+    }
+    let Some(after) = req.after else {
+        let cursor = c.lock().next_id - 1;
+        return json(StatusCode::OK, &PollResponse { cursor, commands: Vec::new() });
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(req.wait_ms.min(30_000));
+    loop {
+        let notified = c.notify.notified();
+        let (commands, cursor) = {
+            let mut hub = c.lock();
+            ControlHub::seen(&mut hub, &req.agent, &req.host, true);
+            (pending_for(&hub, &req.agent, after), hub.next_id - 1)
+        };
+        if !commands.is_empty() || tokio::time::Instant::now() >= deadline {
+            let cursor = commands.last().map(|q| q.id).unwrap_or(cursor.max(after));
+            return json(StatusCode::OK, &PollResponse { cursor, commands });
+        }
+        let _ = tokio::time::timeout_at(deadline, notified).await;
+    }
+}
+
+async fn report(State(st): State<AppState>, body: Body) -> Response {
+    let c = &st.control;
+    let bytes = match read_body(body, 1 << 20).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let r: AgentReport = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            return ApiError::bad_request(format!("agent report: {e}")).into_response();
+        }
+    };
+    if r.agent.is_empty() || r.agent.len() > 256 || r.processes.len() > 100_000 {
+        return ApiError::bad_request("agent report: field agent must be 1..=256 bytes").into_response();
+    }
+    c.counters.reports.fetch_add(1, Ordering::Relaxed);
+    let mut hub = c.lock();
+    ControlHub::seen(&mut hub, &r.agent, &r.host, false);
+    if let Some(a) = hub.agents.get_mut(&r.agent) {
+        a.report = Some(r);
+    }
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}

@@ -1,0 +1,211 @@
+//! The control API: token, validation and bounds, the agents' long poll, command results,
+//! congestion reports on /metrics.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use weft_agent::proto::{
+    AgentReport, CommandResult, PollRequest, PollResponse, ProcessOutcome, ProcessReport,
+};
+
+use crate::TestServer;
+
+const TOKEN: &str = "tok-123";
+const JSON: (&str, &str) = ("Content-Type", "application/json");
+const AUTH: (&str, &str) = ("Authorization", "Bearer tok-123");
+
+fn server() -> TestServer {
+    TestServer::with(|_, cfg| cfg.control_token = Some(TOKEN.into()))
+}
+
+fn poll(
+    s: &TestServer,
+    agent: &str,
+    after: Option<u64>,
+    results: Vec<(u64, CommandResult)>,
+    wait_ms: u64,
+) -> PollResponse {
+    let req = PollRequest { agent: agent.into(), host: "h".into(), after, results, wait_ms };
+    let (st, _, body) = s.post("/api/control/poll", &[JSON, AUTH], &serde_json::to_vec(&req).unwrap());
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+fn json(b: &[u8]) -> Value {
+    serde_json::from_slice(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
+}
+
+#[test]
+fn without_a_token_the_control_api_is_off() {
+    let s = TestServer::start();
+    let (st, _, body) = s.post("/api/control/probes", &[JSON, AUTH], br#"{"op":"list"}"#);
+    assert_eq!(st, 404);
+    assert!(String::from_utf8_lossy(&body).contains("--control-token"));
+    // agents may still report (like ingest)
+    let rep = AgentReport { agent: "a".into(), ..AgentReport::default() };
+    let (st, _, _) = s.post("/api/agents/report", &[JSON], &serde_json::to_vec(&rep).unwrap());
+    assert_eq!(st, 204);
+}
+
+#[test]
+fn tokens_validation_and_bounds() {
+    let s = server();
+    let cmd = br#"{"op":"enable","selector":"group:io"}"#;
+    let (st, _, _) = s.post("/api/control/probes", &[JSON], cmd);
+    assert_eq!(st, 401);
+    let (st, _, _) = s.post("/api/control/probes", &[JSON, ("Authorization", "Bearer tok-12")], cmd);
+    assert_eq!(st, 401);
+    let (st, _, _) = s.post("/api/control/poll", &[JSON], b"{}");
+    assert_eq!(st, 401, "agents need the token too");
+    for (body, want) in [
+        (&br#"{"op":"enable"}"#[..], "selector: required"),
+        (br#"{"op":"enable","selector":"level:loud"}"#, "unknown level"),
+        (br#"{"op":"reboot","selector":"x"}"#, "unknown variant"),
+        (br#"{"op":"enable","selector":"x","pid":0}"#, "field pid"),
+        (b"\xff\xfe", "not a valid command"),
+    ] {
+        let (st, _, b) = s.post("/api/control/probes", &[JSON, AUTH], body);
+        assert_eq!(st, 400, "{}", String::from_utf8_lossy(&b));
+        assert!(String::from_utf8_lossy(&b).contains(want), "{}: {}", want, String::from_utf8_lossy(&b));
+    }
+    let big = vec![b' '; 70_000];
+    let (st, _, _) = s.post("/api/control/probes", &[JSON, AUTH], &big);
+    assert_eq!(st, 413);
+    let (st, _, _) = s.post("/api/control/probes?wait=lots", &[JSON, AUTH], cmd);
+    assert_eq!(st, 400);
+    assert_eq!(s.metric("weft_control_unauthorized_total"), 3.0);
+    assert!(s.metric("weft_control_malformed_total") >= 6.0);
+    // a valid command with no agent polling: accepted, nothing to wait for, says so
+    let (st, _, b) = s.post("/api/control/probes", &[JSON, AUTH], cmd);
+    assert_eq!(st, 200);
+    let v = json(&b);
+    assert_eq!(v["complete"], true);
+    assert!(v["warning"].as_str().unwrap().contains("no agent"));
+}
+
+#[test]
+fn agents_long_poll_for_commands_and_return_results() {
+    let s = server();
+    // first poll: only the cursor, no old commands
+    let (st, _, _) = s.post("/api/control/probes", &[JSON, AUTH], br#"{"op":"list"}"#);
+    assert_eq!(st, 200);
+    let first = poll(&s, "node-a", None, vec![], 0);
+    assert!(first.commands.is_empty());
+    assert_eq!(first.cursor, 1);
+    let _ = poll(&s, "node-b", None, vec![], 0);
+    // an empty long poll waits, then answers with the same cursor
+    let t = Instant::now();
+    let idle = poll(&s, "node-a", Some(first.cursor), vec![], 300);
+    assert!(idle.commands.is_empty());
+    assert!(t.elapsed() >= Duration::from_millis(250));
+    assert_eq!(idle.cursor, first.cursor);
+    // a command issued while an agent waits wakes it
+    let url = s.url("/api/control/probes?wait=10s");
+    let submit = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut r = agent
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .header("Authorization", "Bearer tok-123")
+            .send(&br#"{"op":"enable","selector":"group:blocker.io","agent":"node-*"}"#[..])
+            .unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_vec().unwrap())
+    });
+    let t = Instant::now();
+    let got = poll(&s, "node-a", Some(first.cursor), vec![], 20_000);
+    assert!(t.elapsed() < Duration::from_secs(10), "woken by the new command");
+    assert_eq!(got.commands.len(), 1);
+    let cmd = &got.commands[0];
+    assert_eq!(cmd.command.selector.as_deref(), Some("group:blocker.io"));
+    let got_b = poll(&s, "node-b", Some(first.cursor), vec![], 5_000);
+    assert_eq!(got_b.commands.len(), 1);
+    // both return results; the submitter's wait ends complete
+    let result = |agent: &str, pid| CommandResult {
+        agent: agent.into(),
+        host: "h".into(),
+        processes: vec![ProcessOutcome {
+            pid,
+            service: "blocker".into(),
+            segment: format!("{pid}-x.weft"),
+            matched: 7,
+            applied: true,
+            error: None,
+            tracepoints: vec![],
+        }],
+        error: None,
+    };
+    let _ = poll(&s, "node-a", Some(got.cursor), vec![(cmd.id, result("node-a", 10))], 0);
+    let _ = poll(&s, "node-b", Some(got_b.cursor), vec![(cmd.id, result("node-b", 20))], 0);
+    let (st, body) = submit.join().unwrap();
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    let v = json(&body);
+    assert_eq!(v["complete"], true, "{v}");
+    assert_eq!(v["targets"].as_array().unwrap().len(), 2);
+    assert_eq!(v["matched"], 14);
+    assert_eq!(v["applied_processes"], 2);
+    // and it can be read back
+    let (st, b) = {
+        let mut r = s
+            .agent
+            .get(&s.url(&format!("/api/control/probes/{}", cmd.id)))
+            .header("Authorization", "Bearer tok-123")
+            .call()
+            .unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_vec().unwrap())
+    };
+    assert_eq!(st, 200);
+    assert_eq!(json(&b)["results"].as_array().unwrap().len(), 2);
+    // a command for other agents only is skipped by this one (but moves its cursor)
+    let (st, _, _) = s.post("/api/control/probes", &[JSON, AUTH], br#"{"op":"list","agent":"elsewhere"}"#);
+    assert_eq!(st, 200);
+    let skip = poll(&s, "node-a", Some(got.cursor), vec![], 200);
+    assert!(skip.commands.is_empty());
+    assert!(skip.cursor > got.cursor);
+}
+
+#[test]
+fn congestion_reports_show_on_metrics() {
+    let s = server();
+    let rep = AgentReport {
+        agent: "node-a".into(),
+        host: "h".into(),
+        processes: vec![ProcessReport {
+            pid: 42,
+            service: "mapper".into(),
+            max_occupancy: 0.75,
+            dropped_ring_full: 9,
+            pending_bytes: 1234,
+            ..ProcessReport::default()
+        }],
+        ..AgentReport::default()
+    };
+    let (st, _, _) = s.post("/api/agents/report", &[JSON], &serde_json::to_vec(&rep).unwrap());
+    assert_eq!(st, 204);
+    let labels = "{agent=\"node-a\",pid=\"42\",service=\"mapper\"}";
+    assert_eq!(s.metric(&format!("weft_agent_process_ring_occupancy_max{labels}")), 0.75);
+    assert_eq!(s.metric(&format!("weft_agent_process_dropped_ring_full{labels}")), 9.0);
+    assert_eq!(s.metric(&format!("weft_agent_process_pending_bytes{labels}")), 1234.0);
+    let (st, _, _) = s.post("/api/agents/report", &[JSON], b"{\"agent\":");
+    assert_eq!(st, 400);
+    // oversized: 413 (or, if the server answered and closed before the client finished
+    // sending, a broken pipe on the client side); the server is fine afterwards
+    match s
+        .agent
+        .post(&s.url("/api/agents/report"))
+        .header("Content-Type", "application/json")
+        .send(&vec![b' '; 2 << 20][..])
+    {
+        Ok(r) => assert_eq!(r.status().as_u16(), 413),
+        Err(ureq::Error::Io(e)) => assert!(
+            matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset),
+            "{e}"
+        ),
+        Err(e) => panic!("{e}"),
+    }
+    let mut r =
+        s.agent.get(&s.url("/api/control/agents")).header("Authorization", "Bearer tok-123").call().unwrap();
+    let v = json(&r.body_mut().read_to_vec().unwrap());
+    assert_eq!(v[0]["agent"], "node-a");
+    assert_eq!(v[0]["report"]["processes"][0]["pid"], 42);
+}
