@@ -424,8 +424,12 @@ impl JTag {
                 .decode(s)
                 .map(Value::Bytes)
                 .unwrap_or_else(|_| Value::Str(s.clone().into())),
-            ("int64", J::String(s)) => s.parse().map(Value::I64).unwrap_or_else(|_| Value::Str(s.clone().into())),
-            ("float64", J::String(s)) => s.parse().map(Value::F64).unwrap_or_else(|_| Value::Str(s.clone().into())),
+            ("int64", J::String(s)) => {
+                s.parse().map(Value::I64).unwrap_or_else(|_| Value::Str(s.clone().into()))
+            }
+            ("float64", J::String(s)) => {
+                s.parse().map(Value::F64).unwrap_or_else(|_| Value::Str(s.clone().into()))
+            }
             ("bool", J::String(s)) => Value::Bool(s == "true"),
             ("float64", J::Number(n)) => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
             (_, v) => zipkin::json_to_value(v.clone()),
@@ -496,7 +500,8 @@ fn convert_span(
         }
     }
     if error || code == Some(false) {
-        status = Status { code: StatusCode::Error, message: description.take().unwrap_or_default().to_string() };
+        status =
+            Status { code: StatusCode::Error, message: description.take().unwrap_or_default().to_string() };
     } else if code == Some(true) {
         status.code = StatusCode::Ok;
     }

@@ -207,7 +207,12 @@ pub fn zipkin_spans() -> impl Strategy<Value = Vec<Span>> {
         Arc::new(s.map(|(name, version)| Scope { name, version, ..Scope::default() }).unwrap_or_default())
     });
     let event = (micros_ns(), "[ -z|~]{0,12}", unique_attributes(json_value())).prop_map(
-        |(time_ns, name, attributes)| SpanEvent { time_ns, name: name.into(), attributes, dropped_attributes_count: 0 },
+        |(time_ns, name, attributes)| SpanEvent {
+            time_ns,
+            name: name.into(),
+            attributes,
+            dropped_attributes_count: 0,
+        },
     );
     let kind = prop_oneof![
         Just(SpanKind::Unspecified),
@@ -219,7 +224,10 @@ pub fn zipkin_spans() -> impl Strategy<Value = Vec<Span>> {
     let span = (
         (trace_id(), span_id(), proptest::option::of(span_id()), text(), kind),
         (micros_ns(), (0u64..1 << 40).prop_map(|d| d * 1000), tag_status()),
-        (unique_attributes(text().prop_map(|s| Value::Str(s.into()))), proptest::collection::vec(event, 0..3)),
+        (
+            unique_attributes(text().prop_map(|s| Value::Str(s.into()))),
+            proptest::collection::vec(event, 0..3),
+        ),
         (resource, scope),
     )
         .prop_map(|(a, b, c, d)| Span {

@@ -355,7 +355,12 @@ fn span_event(e: &Event, detail: SpanEvents) -> SpanEvent {
             f
         }
     };
-    SpanEvent { time_ns: e.time_ns, name: e.type_name().to_owned().into(), attributes, ..SpanEvent::default() }
+    SpanEvent {
+        time_ns: e.time_ns,
+        name: e.type_name().to_owned().into(),
+        attributes,
+        ..SpanEvent::default()
+    }
 }
 
 /// Per-component output identity.

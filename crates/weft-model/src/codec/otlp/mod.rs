@@ -291,7 +291,9 @@ pub(crate) fn link_wire_attributes(l: &Link) -> impl Iterator<Item = (&str, Opti
 
 pub(crate) fn attrs_from_proto(kvs: Vec<proto::KeyValue>) -> Attributes {
     Attributes(
-        kvs.into_iter().map(|kv| KeyValue { key: kv.key.into(), value: value_from_proto(kv.value) }).collect(),
+        kvs.into_iter()
+            .map(|kv| KeyValue { key: kv.key.into(), value: value_from_proto(kv.value) })
+            .collect(),
     )
 }
 

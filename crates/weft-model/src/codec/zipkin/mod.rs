@@ -268,9 +268,9 @@ pub(crate) fn json_to_value(v: serde_json::Value) -> Value {
         },
         serde_json::Value::String(s) => Value::Str(s.into()),
         serde_json::Value::Array(a) => Value::Array(a.into_iter().map(json_to_value).collect()),
-        serde_json::Value::Object(m) => {
-            Value::Map(m.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: json_to_value(v) }).collect())
-        }
+        serde_json::Value::Object(m) => Value::Map(
+            m.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: json_to_value(v) }).collect(),
+        ),
     }
 }
 

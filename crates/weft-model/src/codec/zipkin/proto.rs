@@ -213,7 +213,10 @@ fn into_zipkin(p: ProtoSpan) -> Result<ZSpan, CodecError> {
 fn endpoint_from_proto(e: ProtoEndpoint) -> Result<Endpoint, CodecError> {
     let ipv4 = match e.ipv4.len() {
         0 => None,
-        4 => Some(compact_str::format_compact!("{}", Ipv4Addr::new(e.ipv4[0], e.ipv4[1], e.ipv4[2], e.ipv4[3]))),
+        4 => Some(compact_str::format_compact!(
+            "{}",
+            Ipv4Addr::new(e.ipv4[0], e.ipv4[1], e.ipv4[2], e.ipv4[3])
+        )),
         n => {
             return Err(CodecError::new(
                 FORMAT,
