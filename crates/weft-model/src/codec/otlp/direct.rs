@@ -17,10 +17,20 @@ use crate::value::{Attributes, KeyValue, Str, Value};
 
 const MAX_DEPTH: u32 = 100;
 
-/// A wire error inside the `ResourceSpans` element at `base`.
-struct WireError {
+/// A wire error inside the `ResourceSpans` element at `base`: boxed, so that the decoders'
+/// `Result`s stay small (they are returned on every field).
+struct WireError(Box<WireErrorAt>);
+
+struct WireErrorAt {
     at: usize,
     msg: String,
+}
+
+impl WireError {
+    #[cold]
+    fn new(at: usize, msg: impl Into<String>) -> Self {
+        WireError(Box::new(WireErrorAt { at, msg: msg.into() }))
+    }
 }
 
 type W<T> = Result<T, WireError>;
@@ -34,13 +44,23 @@ impl<'a> Cursor<'a> {
     fn new(b: &'a [u8]) -> Self {
         Cursor { b, pos: 0 }
     }
+    #[inline]
     fn done(&self) -> bool {
         self.pos >= self.b.len()
     }
+    #[cold]
     fn err<T>(&self, msg: impl Into<String>) -> W<T> {
-        Err(WireError { at: self.pos, msg: msg.into() })
+        Err(WireError::new(self.pos, msg))
     }
+    #[inline]
     fn varint(&mut self) -> W<u64> {
+        // One-byte varints (field keys, small lengths) are most of them.
+        if let Some(&b) = self.b.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
         let start = self.pos;
         match super::wire::read_varint(self.b, &mut self.pos) {
             Some(v) => Ok(v),
@@ -51,6 +71,7 @@ impl<'a> Cursor<'a> {
         }
     }
     /// The next field's number and wire type.
+    #[inline]
     fn key(&mut self) -> W<(u32, u8)> {
         let k = self.varint()?;
         if k > u32::MAX as u64 {
@@ -62,6 +83,7 @@ impl<'a> Cursor<'a> {
         }
         Ok((field, wire))
     }
+    #[inline]
     fn bytes(&mut self) -> W<&'a [u8]> {
         let len = self.varint()?;
         if len > (self.b.len() - self.pos) as u64 {
@@ -71,6 +93,7 @@ impl<'a> Cursor<'a> {
         self.pos += len as usize;
         Ok(s)
     }
+    #[inline]
     fn fixed64(&mut self) -> W<u64> {
         match self.b.get(self.pos..self.pos + 8) {
             Some(s) => {
@@ -80,6 +103,7 @@ impl<'a> Cursor<'a> {
             None => self.err("buffer underflow (fixed64)"),
         }
     }
+    #[inline]
     fn fixed32(&mut self) -> W<u32> {
         match self.b.get(self.pos..self.pos + 4) {
             Some(s) => {
@@ -112,6 +136,7 @@ impl<'a> Cursor<'a> {
             w => self.err(format!("invalid wire type value: {w}")),
         }
     }
+    #[inline]
     fn expect(&self, field: u32, wire: u8, want: u8) -> W<()> {
         if wire == want {
             Ok(())
@@ -120,45 +145,61 @@ impl<'a> Cursor<'a> {
         }
     }
     /// A string field, borrowed from the input.
+    #[inline]
     fn str(&mut self, field: u32, wire: u8) -> W<&'a str> {
         self.expect(field, wire, 2)?;
         let at = self.pos;
         let b = self.bytes()?;
-        match std::str::from_utf8(b) {
+        match utf8(b) {
             Ok(s) => Ok(s),
-            Err(_) => Err(WireError { at, msg: "invalid string value: data is not UTF-8 encoded".into() }),
+            Err(_) => Err(WireError::new(at, "invalid string value: data is not UTF-8 encoded")),
         }
     }
     fn string(&mut self, field: u32, wire: u8) -> W<String> {
         self.str(field, wire).map(str::to_owned)
     }
     /// A string field as a [`Str`] (inline when short: no allocation).
+    #[inline]
     fn small(&mut self, field: u32, wire: u8) -> W<Str> {
         self.str(field, wire).map(Str::new)
     }
+    #[inline]
     fn u32(&mut self, field: u32, wire: u8) -> W<u32> {
         self.expect(field, wire, 0)?;
         Ok(self.varint()? as u32)
     }
 }
 
+/// `b` as UTF-8 text. Keys and values are nearly always ASCII, which `is_ascii` checks a word
+/// at a time; `str::from_utf8` costs a few times more on these short strings.
+#[inline]
+fn utf8(b: &[u8]) -> Result<&str, std::str::Utf8Error> {
+    if b.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        Ok(unsafe { std::str::from_utf8_unchecked(b) })
+    } else {
+        std::str::from_utf8(b)
+    }
+}
+
 /// Attributes (a repeated `KeyValue` field), merged onto `into`.
 fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
     if depth > MAX_DEPTH {
-        return Err(WireError { at: 0, msg: "recursion limit reached".into() });
+        return Err(WireError::new(0, "recursion limit reached"));
     }
     let mut c = Cursor::new(b);
-    let mut key = Str::default();
-    let mut value: Option<Value> = None;
+    // Decoded in place (a `KeyValue` is large: moving it costs more than building it).
+    into.push(KeyValue { key: Str::default(), value: Value::Empty });
+    let Some(kv) = into.last_mut() else { return Ok(()) };
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => key = crate::value::key(c.str(f, w)?),
+            1 => kv.key = crate::value::key(c.str(f, w)?),
             2 => {
                 c.expect(f, w, 2)?;
                 let at = c.pos;
                 let body = c.bytes()?;
-                any_value(body, depth + 1, value.get_or_insert(Value::Empty)).map_err(|e| shift(e, at))?;
+                any_value(body, depth + 1, &mut kv.value).map_err(|e| shift(e, at))?;
             }
             3 => {
                 // `key_strindex` (profiles only): not carried, but it must be a varint.
@@ -168,18 +209,18 @@ fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
             _ => c.skip(f, w, depth)?,
         }
     }
-    into.push(KeyValue { key, value: value.unwrap_or(Value::Empty) });
     Ok(())
 }
 
-fn shift(e: WireError, at: usize) -> WireError {
-    WireError { at: at + e.at, msg: e.msg }
+fn shift(mut e: WireError, at: usize) -> WireError {
+    e.0.at += at;
+    e
 }
 
 /// An `AnyValue`, merged onto `v` (a repeated array / kvlist merges, anything else replaces).
 fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
     if depth > MAX_DEPTH {
-        return Err(WireError { at: 0, msg: "recursion limit reached".into() });
+        return Err(WireError::new(0, "recursion limit reached"));
     }
     let mut c = Cursor::new(b);
     while !c.done() {
@@ -203,7 +244,7 @@ fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
                 let at = c.pos;
                 let body = c.bytes()?;
                 if depth + 1 > MAX_DEPTH {
-                    return Err(WireError { at, msg: "recursion limit reached".into() });
+                    return Err(WireError::new(at, "recursion limit reached"));
                 }
                 let merge = matches!((f, &*v), (5, Value::Array(_)) | (6, Value::Map(_)));
                 if !merge {
@@ -471,14 +512,14 @@ pub(crate) fn resource_spans(
     let wire = |e: WireError| {
         CodecError::new(
             PROTO,
-            if e.msg.contains("underflow") || e.msg.contains("end of group") {
+            if e.0.msg.contains("underflow") || e.0.msg.contains("end of group") {
                 ErrorKind::Truncated
             } else {
                 ErrorKind::Syntax
             },
-            format!("cannot decode ResourceSpans starting at byte {offset}: {}", e.msg),
+            format!("cannot decode ResourceSpans starting at byte {offset}: {}", e.0.msg),
         )
-        .at(Position::Offset(offset + e.at as u64))
+        .at(Position::Offset(offset + e.0.at as u64))
         .field(format!("resource_spans[{index}]"))
     };
     // Pass 1: the resource, the schema URL, where the scope spans are (fields may come in

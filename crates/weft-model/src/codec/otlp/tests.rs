@@ -216,3 +216,26 @@ fn encodes_spec_conform_json() {
     assert_eq!(span["startTimeUnixNano"].as_str().unwrap(), spans[0].start_ns.to_string());
     assert!(text.contains("\"doubleValue\":\"NaN\""));
 }
+
+/// Strings: ASCII (the fast check), other UTF-8 of every length and at every position, and
+/// bytes that are not UTF-8, which fail the payload at the string.
+#[test]
+fn proto_strings_are_checked_utf8() {
+    let mut spans = sample::spans(1, 5);
+    for text in ["", "a", "é", "naïve café ☕ — long enough to be on the heap", "ascii then 😀", "😀"]
+    {
+        spans[0].name = text.into();
+        spans[0].attributes.set(format!("k{text}"), text);
+        let bytes = encode_proto(&spans);
+        assert_eq!(decode_proto(&bytes).unwrap(), spans, "{text}");
+    }
+    let mut req = to_request(&spans);
+    req.resource_spans[0].scope_spans[0].spans[0].name = "ok".into();
+    let mut bytes = req.encode_to_vec();
+    let at = bytes.windows(2).position(|w| w == b"ok").unwrap();
+    bytes[at + 1] = 0xff;
+    let e = decode_proto(&bytes).unwrap_err();
+    assert!(e.to_string().contains("not UTF-8"), "{e}");
+    // The offset is the string field's (its length prefix, just before the text).
+    assert!(matches!(e.position, Position::Offset(o) if o < at as u64 && o + 8 > at as u64), "{e}");
+}

@@ -115,7 +115,7 @@ pub(crate) fn kind_to_str(k: SpanKind) -> Option<&'static str> {
 #[derive(Default)]
 pub(crate) struct Interner {
     resources: HashMap<String, Arc<Resource>>,
-    scopes: HashMap<(String, String), Arc<Scope>>,
+    scopes: HashMap<(Str, Str), Arc<Scope>>,
     no_service: Arc<Resource>,
     no_scope: Arc<Scope>,
 }
@@ -140,14 +140,14 @@ impl Interner {
         if name.is_none() && version.is_none() {
             return Arc::clone(&self.no_scope);
         }
-        let key = (name.map(String::from).unwrap_or_default(), version.map(String::from).unwrap_or_default());
+        let key = (name.unwrap_or_default(), version.unwrap_or_default());
         if let Some(s) = self.scopes.get(&key) {
             return Arc::clone(s);
         }
         if self.scopes.len() >= INTERN_LIMIT {
             self.scopes.clear();
         }
-        let s = Arc::new(Scope { name: key.0.clone(), version: key.1.clone(), ..Scope::default() });
+        let s = Arc::new(Scope { name: key.0.to_string(), version: key.1.to_string(), ..Scope::default() });
         self.scopes.insert(key, Arc::clone(&s));
         s
     }
@@ -164,6 +164,7 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
     let mut library_name = None;
     let mut library_version = None;
     let mut error: Option<Str> = None;
+    let mut endpoint_tags = false;
     for (k, v) in z.tags {
         match k.as_str() {
             conv::ERROR => error = Some(v),
@@ -175,9 +176,22 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
             conv::OTEL_SCOPE_VERSION => scope_version = Some(v),
             conv::OTEL_LIBRARY_NAME => library_name = Some(v),
             conv::OTEL_LIBRARY_VERSION => library_version = Some(v),
+            conv::LOCAL_IPV4 | conv::LOCAL_PORT | conv::PEER_SERVICE | conv::PEER_IP | conv::PEER_PORT => {
+                endpoint_tags = true;
+                attributes.0.push(KeyValue { key: k, value: Value::Str(v) })
+            }
             _ => attributes.0.push(KeyValue { key: k, value: Value::Str(v) }),
         }
     }
+    // Endpoint fields win over tags of the same name (keys stay unique); without such tags
+    // (the usual case) they are appended without looking.
+    let put = |attributes: &mut Attributes, key: &'static str, value: Value| {
+        if endpoint_tags {
+            attributes.set(key, value);
+        } else {
+            attributes.0.push(KeyValue { key: Str::const_new(key), value });
+        }
+    };
     if let Some(msg) = error {
         status = Status { code: StatusCode::Error, message: msg.into() };
     } else if let Some(code) = status_code {
@@ -197,22 +211,21 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
     let scope = interner.scope(scope_name.or(library_name), scope_version.or(library_version));
     let local = z.local.unwrap_or_default();
     let resource = interner.resource(local.service_name.as_deref());
-    // Endpoint fields win over tags of the same name (keys stay unique).
     if let Some(ip) = local.ipv4.or(local.ipv6) {
-        attributes.set(conv::LOCAL_IPV4, ip);
+        put(&mut attributes, conv::LOCAL_IPV4, Value::Str(ip));
     }
     if let Some(p) = local.port {
-        attributes.set(conv::LOCAL_PORT, p);
+        put(&mut attributes, conv::LOCAL_PORT, Value::I64(p));
     }
     if let Some(r) = z.remote {
         if let Some(s) = r.service_name {
-            attributes.set(conv::PEER_SERVICE, s);
+            put(&mut attributes, conv::PEER_SERVICE, Value::Str(s));
         }
         if let Some(ip) = r.ipv4.or(r.ipv6) {
-            attributes.set(conv::PEER_IP, ip);
+            put(&mut attributes, conv::PEER_IP, Value::Str(ip));
         }
         if let Some(p) = r.port {
-            attributes.set(conv::PEER_PORT, p);
+            put(&mut attributes, conv::PEER_PORT, Value::I64(p));
         }
     }
     if z.shared {
@@ -246,15 +259,106 @@ fn annotation_to_event(ts_us: u64, value: Str) -> SpanEvent {
     let time_ns = ts_us.saturating_mul(1000);
     if value.starts_with("{\"")
         && value.ends_with("}}")
-        && let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(&value)
+        && let Ok(JsonValue(Value::Map(mut m))) = serde_json::from_str::<JsonValue>(&value)
         && m.len() == 1
-        && let Some((name, serde_json::Value::Object(attrs))) = m.into_iter().next()
+        && let Some(KeyValue { key: name, value: Value::Map(attrs) }) = m.pop()
     {
-        let attributes =
-            attrs.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: json_to_value(v) }).collect();
-        return SpanEvent { time_ns, name: name.into(), attributes, dropped_attributes_count: 0 };
+        return SpanEvent { time_ns, name, attributes: Attributes(attrs), dropped_attributes_count: 0 };
     }
     SpanEvent { time_ns, name: value, attributes: Attributes::new(), dropped_attributes_count: 0 }
+}
+
+/// A JSON text decoded straight into the [`Value`] that [`json_to_value`] makes of its
+/// `serde_json::Value` (objects' keys sorted, a repeated key's last value kept), without
+/// building the `serde_json::Value` and its `String`s first.
+pub(crate) struct JsonValue(pub(crate) Value);
+
+impl<'de> serde::Deserialize<'de> for JsonValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonValueVisitor).map(JsonValue)
+    }
+}
+
+struct JsonValueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JsonValueVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::I64(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(i64::try_from(v).map_or(Value::F64(v as f64), Value::I64))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // As `serde_json::Value` does: a non-finite number is null.
+        Ok(if v.is_finite() { Value::F64(v) } else { Value::Empty })
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(Str::new(v)))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::Str(Str::from(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Empty)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Empty)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut a = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(JsonValue(v)) = seq.next_element()? {
+            a.push(v);
+        }
+        Ok(Value::Array(a))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut m: Vec<KeyValue> = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        while let Some(MapKey(key)) = map.next_key()? {
+            let JsonValue(value) = map.next_value()?;
+            m.push(KeyValue { key, value });
+        }
+        // `serde_json::Map` is a `BTreeMap`: sorted keys, the last of a repeated key wins. The
+        // sort is stable, so the last of each run of equal keys is the last in the text.
+        if !m.is_sorted_by(|a, b| a.key < b.key) {
+            m.sort_by(|a, b| a.key.cmp(&b.key));
+            let mut out: Vec<KeyValue> = Vec::with_capacity(m.len());
+            for kv in m {
+                match out.last_mut() {
+                    Some(last) if last.key == kv.key => *last = kv,
+                    _ => out.push(kv),
+                }
+            }
+            m = out;
+        }
+        Ok(Value::Map(m))
+    }
+}
+
+/// An object key or tag key, through [`crate::value::key`] (borrowed from the input when it
+/// has no escapes; well-known long keys without allocating).
+pub(crate) struct MapKey(pub(crate) Str);
+
+impl<'de> serde::Deserialize<'de> for MapKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = MapKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key (string)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MapKey, E> {
+                Ok(MapKey(crate::value::key(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 /// A JSON value as an attribute value (integers that fit stay integers).

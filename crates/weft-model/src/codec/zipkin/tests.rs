@@ -259,3 +259,30 @@ fn endpoint_fields_beat_tags_and_non_addresses_stay_tags() {
     assert_eq!(back[0].attributes.get_str(conv::PEER_IP), Some("not-an-ip"));
     assert_eq!(losses.get(proto::LOST_BAD_IP), 0);
 }
+
+/// Annotation values that carry event attributes are decoded straight into weft values: the
+/// same values `json_to_value` makes of a `serde_json::Value` (sorted keys, last repeated key
+/// wins, big integers as floats, nesting).
+#[test]
+fn json_values_decode_as_through_serde_json_value() {
+    for text in [
+        r#"{"b":1,"a":"x","c":[1,2.5,"s",null,true,{"z":1,"y":2}]}"#,
+        r#"{"k":1,"k":2,"a":{"k":"first","k":"second"}}"#,
+        r#"{"big":18446744073709551615,"neg":-9223372036854775808,"f":1e300,"e":"\u00e9\"q"}"#,
+        r#"[{"x":{}},[],"",0,-0.0]"#,
+        r#"{"very.long.attribute.key.beyond.inline":"and a value longer than twenty-four bytes"}"#,
+    ] {
+        let direct = serde_json::from_str::<JsonValue>(text).unwrap().0;
+        let via = json_to_value(serde_json::from_str::<serde_json::Value>(text).unwrap());
+        assert_eq!(direct, via, "{text}");
+    }
+    assert!(serde_json::from_str::<JsonValue>(r#"{"a":1"#).is_err());
+    // An event: one key whose value is an object; anything else is the event's name.
+    let e = annotation_to_event(2, r#"{"sent":{"id":1,"b":"x","id":2}}"#.into());
+    assert_eq!((e.time_ns, e.name.as_str()), (2000, "sent"));
+    assert_eq!(e.attributes.0, vec![KeyValue::new("b", "x"), KeyValue::new("id", 2i64)]);
+    for plain in [r#"{"a":{},"b":{}}"#, r#"{"a":1}}"#, r#"{"a":[1]}}"#, "wr"] {
+        let e = annotation_to_event(1, plain.into());
+        assert_eq!((e.name.as_str(), e.attributes.len()), (plain, 0), "{plain}");
+    }
+}

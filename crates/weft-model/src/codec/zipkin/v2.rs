@@ -227,25 +227,6 @@ struct JAnnotation {
 /// kept as their JSON text.
 struct Tags(Vec<(Str, Str)>);
 
-/// A tag key, through [`crate::value::key`] (well-known long keys without allocating).
-struct TagKey(Str);
-
-impl<'de> Deserialize<'de> for TagKey {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = TagKey;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a tag key (string)")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<TagKey, E> {
-                Ok(TagKey(crate::value::key(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
 impl<'de> Deserialize<'de> for Tags {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -256,7 +237,7 @@ impl<'de> Deserialize<'de> for Tags {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Tags, A::Error> {
                 let mut out = Vec::with_capacity(m.size_hint().unwrap_or(8));
-                while let Some(k) = m.next_key::<TagKey>()? {
+                while let Some(k) = m.next_key::<super::MapKey>()? {
                     let v = m.next_value::<TagValue>()?;
                     out.push((k.0, v.0));
                 }
