@@ -33,6 +33,7 @@ use crate::span::{Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode
 use crate::value::{Attributes, KeyValue, Str, Value};
 
 pub mod proto;
+mod scan;
 pub mod v1;
 pub mod v2;
 
@@ -324,21 +325,27 @@ impl<'de> serde::de::Visitor<'de> for JsonValueVisitor {
             let JsonValue(value) = map.next_value()?;
             m.push(KeyValue { key, value });
         }
-        // `serde_json::Map` is a `BTreeMap`: sorted keys, the last of a repeated key wins. The
-        // sort is stable, so the last of each run of equal keys is the last in the text.
-        if !m.is_sorted_by(|a, b| a.key < b.key) {
-            m.sort_by(|a, b| a.key.cmp(&b.key));
-            let mut out: Vec<KeyValue> = Vec::with_capacity(m.len());
-            for kv in m {
-                match out.last_mut() {
-                    Some(last) if last.key == kv.key => *last = kv,
-                    _ => out.push(kv),
-                }
-            }
-            m = out;
-        }
-        Ok(Value::Map(m))
+        Ok(Value::Map(btree_order(m)))
     }
+}
+
+/// An object's members as `serde_json::Map` (a `BTreeMap`) keeps them: sorted keys, the last
+/// of a repeated key wins. The sort is stable, so the last of each run of equal keys is the
+/// last in the text.
+fn btree_order(m: Vec<KeyValue>) -> Vec<KeyValue> {
+    if m.is_sorted_by(|a, b| a.key < b.key) {
+        return m;
+    }
+    let mut m = m;
+    m.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut out: Vec<KeyValue> = Vec::with_capacity(m.len());
+    for kv in m {
+        match out.last_mut() {
+            Some(last) if last.key == kv.key => *last = kv,
+            _ => out.push(kv),
+        }
+    }
+    out
 }
 
 /// An object key or tag key, through [`crate::value::key`] (borrowed from the input when it

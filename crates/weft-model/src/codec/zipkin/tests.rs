@@ -286,3 +286,77 @@ fn json_values_decode_as_through_serde_json_value() {
         assert_eq!((e.name.as_str(), e.attributes.len()), (plain, 0), "{plain}");
     }
 }
+
+/// The hand-written scanner (the fast path) answers what serde's path answers, or leaves the
+/// input to it: on weft's own output with awkward strings, on hand-written variants, and on
+/// every truncation and many one-byte corruptions of a small document.
+#[test]
+fn scanner_agrees_with_serde() {
+    let serde_only = |b: &[u8]| v2::decode_fast(b);
+    let mut spans = sample::spans(200, 9);
+    let bytes = encode_v2_json(&spans);
+    assert_eq!(scan::decode(&bytes), serde_only(&bytes));
+    assert!(scan::decode(&bytes).is_some(), "weft's own output takes the fast path");
+    for (i, text) in
+        ["\"quoted\" \\ / é 😀", "tab\tnew\nline\r", "\u{1}\u{1f}", "\u{7f}", ""].into_iter().enumerate()
+    {
+        spans[i].name = text.into();
+        spans[i].attributes.set(format!("k{text}"), text);
+        spans[i].events[0].name = text.into();
+        let bytes = encode_v2_json(&spans);
+        let fast = scan::decode(&bytes);
+        // Control characters are written as `\u` escapes, which the scanner leaves to serde
+        // (and the strings stay in the spans from then on).
+        assert_eq!(fast.is_some(), i < 2, "{text:?}");
+        assert!(fast.is_none() || fast == serde_only(&bytes), "{text:?}");
+        assert_eq!(decode_v2_json(&bytes).unwrap(), serde_only(&bytes).unwrap());
+    }
+    for doc in [
+        V2_EXAMPLE,
+        "[]",
+        " [ ] ",
+        "[{}]",
+        r#"[{"traceId":"1","id":"2"}]"#,
+        r#"[ { "traceId" : "1" , "id" : "2" , "tags" : { } , "annotations" : [ ] } ] "#,
+        r#"[{"traceId":"1","id":"2","name":null}]"#,
+        r#"[{"traceId":"1","id":"2","id":"3"}]"#,
+        r#"[{"traceId":"1","id":"2","other":1}]"#,
+        r#"[{"traceId":"1","id":"2","timestamp":1.0,"duration":-1}]"#,
+        r#"[{"traceId":"1","id":"2","timestamp":01}]"#,
+        r#"[{"traceId":"1","id":"2","tags":{"a":"\u0041"}}]"#,
+        r#"[{"traceId":"1","id":"2","localEndpoint":{"port":99999999999999999999}}]"#,
+        r#"[{"traceId":"0","id":"2"}]"#,
+        r#"[{"traceId":"1","id":"2","kind":"NOPE"}]"#,
+        r#"[{"traceId":"1","id":"2","debug":true,"shared":false}] x"#,
+        "[{\"traceId\":\"1\",\"id\":\"2\",\"name\":\"\u{e9}\"}]",
+    ] {
+        let fast = scan::decode(doc.as_bytes());
+        assert!(fast.is_none() || fast == serde_only(doc.as_bytes()), "{doc}");
+    }
+    let small = encode_v2_json(&sample::spans(3, 2));
+    for cut in 0..small.len() {
+        let fast = scan::decode(&small[..cut]);
+        assert!(fast.is_none() || fast == serde_only(&small[..cut]), "cut at {cut}");
+    }
+    for at in 0..small.len() {
+        for byte in [b'"', b'\\', b'{', b'}', b',', b'0', b' ', 0x01, 0xff] {
+            let mut m = small.clone();
+            m[at] = byte;
+            let fast = scan::decode(&m);
+            assert!(fast.is_none() || fast == serde_only(&m), "{byte:#x} at {at}");
+        }
+    }
+}
+
+#[test]
+fn printable_ascii_is_exact() {
+    for len in 0..20 {
+        for at in 0..len {
+            for b in [0u8, 0x1f, 0x20, 0x21, 0x7e, 0x7f, 0x80, 0xc3, 0xff] {
+                let mut v = vec![b'a'; len];
+                v[at] = b;
+                assert_eq!(scan::printable_ascii(&v), (0x20..=0x7f).contains(&b), "{b:#x} at {at} of {len}");
+            }
+        }
+    }
+}
