@@ -48,24 +48,56 @@ pub(crate) fn element(bytes: &[u8]) -> Option<JSpan<'_>> {
     p.end().then_some(j)
 }
 
-/// Whether every byte is printable ASCII (0x20..=0x7f), in one pass the compiler vectorizes.
-#[inline]
-pub(crate) fn printable_ascii(seg: &[u8]) -> bool {
-    seg.iter().fold(true, |ok, &c| ok & (c.wrapping_sub(0x20) < 0x60))
+/// The first byte at or after `from` that ends a run of plain string content — `"`, `\` or
+/// a control character — and whether the run has a non-ASCII byte (then it needs a UTF-8
+/// check). Eight bytes at a time: for each of the three tests, the lowest flagged byte is
+/// exact (a borrow only flags bytes above a true hit), so the lowest flag of all is the
+/// first special byte.
+pub(crate) fn find_special(b: &[u8], from: usize) -> Option<(usize, bool)> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let zero = |x: u64| x.wrapping_sub(LO) & !x;
+    let mut i = from;
+    let mut high = 0u64;
+    while let Some(chunk) = b.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]));
+        let m =
+            (zero(w ^ (LO * b'"' as u64)) | zero(w ^ (LO * b'\\' as u64)) | (w.wrapping_sub(LO * 0x20) & !w))
+                & HI;
+        if m != 0 {
+            let k = m.trailing_zeros() / 8;
+            high |= w & HI & ((1u64 << (8 * k)) - 1);
+            return Some((i + k as usize, high != 0));
+        }
+        high |= w & HI;
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return Some((i, high != 0));
+        }
+        high |= u64::from(c & 0x80);
+        i += 1;
+    }
+    None
 }
 
-/// `seg` as text when it is valid JSON string content without escapes: no control
-/// characters, valid UTF-8. Printable ASCII (nearly all of it) is checked word-wise.
+/// The plain run `b[from..]` up to its special byte, as text, and where it ends; `None` when
+/// the string is unterminated, has a control character or is not UTF-8.
 #[inline]
-fn text(seg: &[u8]) -> Option<&str> {
-    if printable_ascii(seg) {
-        // SAFETY: every byte is ASCII (0x20..=0x7f), which is valid UTF-8.
-        return Some(unsafe { std::str::from_utf8_unchecked(seg) });
-    }
-    if seg.iter().any(|&c| c < 0x20) {
+fn run(b: &[u8], from: usize) -> Option<(&str, usize)> {
+    let (end, non_ascii) = find_special(b, from)?;
+    if b[end] < 0x20 {
         return None;
     }
-    std::str::from_utf8(seg).ok()
+    let seg = &b[from..end];
+    let s = if non_ascii {
+        std::str::from_utf8(seg).ok()?
+    } else {
+        // SAFETY: `find_special` saw no byte with the high bit set: ASCII, valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(seg) }
+    };
+    Some((s, end))
 }
 
 /// A [`Str`] of a decoded string (a short owned one is copied inline, a long one keeps its
@@ -117,17 +149,16 @@ impl<'a> P<'a> {
         }
         let b: &'a [u8] = self.b;
         let start = self.i;
-        let n = memchr::memchr2(b'"', b'\\', &b[start..])?;
-        let first = text(&b[start..start + n])?;
-        if b[start + n] == b'"' {
-            self.i = start + n + 1;
+        let (first, mut j) = run(b, start)?;
+        if b[j] == b'"' {
+            self.i = j + 1;
             return Some(Cow::Borrowed(first));
         }
         // Escaped text is mostly JSON in JSON (event attributes in annotation values).
-        let mut out = String::with_capacity(n + 64);
+        let mut out = String::with_capacity(j - start + 64);
         out.push_str(first);
-        let mut j = start + n; // at a backslash
         loop {
+            // at a backslash
             out.push(match *b.get(j + 1)? {
                 b'"' => '"',
                 b'\\' => '\\',
@@ -139,10 +170,9 @@ impl<'a> P<'a> {
                 b'f' => '\u{c}',
                 _ => return None,
             });
-            j += 2;
-            let n = memchr::memchr2(b'"', b'\\', b.get(j..)?)?;
-            out.push_str(text(&b[j..j + n])?);
-            j += n;
+            let (more, end) = run(b, j + 2)?;
+            out.push_str(more);
+            j = end;
             if b[j] == b'"' {
                 self.i = j + 1;
                 return Some(Cow::Owned(out));

@@ -349,14 +349,22 @@ fn scanner_agrees_with_serde() {
 }
 
 #[test]
-fn printable_ascii_is_exact() {
-    for len in 0..20 {
-        for at in 0..len {
-            for b in [0u8, 0x1f, 0x20, 0x21, 0x7e, 0x7f, 0x80, 0xc3, 0xff] {
-                let mut v = vec![b'a'; len];
-                v[at] = b;
-                assert_eq!(scan::printable_ascii(&v), (0x20..=0x7f).contains(&b), "{b:#x} at {at} of {len}");
-            }
-        }
+fn find_special_is_exact() {
+    let naive = |b: &[u8], from: usize| {
+        let end = (from..b.len()).find(|&i| matches!(b[i], b'"' | b'\\' | 0..=0x1f))?;
+        Some((end, b[from..end].iter().any(|&c| c >= 0x80)))
+    };
+    let mut rng = sample::Rng::new(3);
+    let alphabet = [b'a', b'"', b'\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xa9, 0xff];
+    for _ in 0..20_000 {
+        let len = rng.below(24) as usize;
+        let v: Vec<u8> =
+            (0..len)
+                .map(|_| {
+                    if rng.below(4) == 0 { alphabet[rng.below(alphabet.len() as u64) as usize] } else { b'x' }
+                })
+                .collect();
+        let from = rng.below(len as u64 + 1) as usize;
+        assert_eq!(scan::find_special(&v, from), naive(&v, from), "{v:?} from {from}");
     }
 }
