@@ -115,6 +115,8 @@ pub(crate) fn kind_to_str(k: SpanKind) -> Option<&'static str> {
 /// input with ever-new service names only costs sharing, not memory).
 #[derive(Default)]
 pub(crate) struct Interner {
+    /// The first few services, searched before hashing (a handful is the usual case).
+    few: Vec<(Str, Arc<Resource>)>,
     resources: HashMap<String, Arc<Resource>>,
     scopes: HashMap<(Str, Str), Arc<Scope>>,
     no_service: Arc<Resource>,
@@ -122,17 +124,25 @@ pub(crate) struct Interner {
 }
 
 const INTERN_LIMIT: usize = 4096;
+const FEW: usize = 8;
 
 impl Interner {
     pub(crate) fn resource(&mut self, service: Option<&str>) -> Arc<Resource> {
         let Some(name) = service else { return Arc::clone(&self.no_service) };
+        if let Some((_, r)) = self.few.iter().find(|(n, _)| n == name) {
+            return Arc::clone(r);
+        }
         if let Some(r) = self.resources.get(name) {
             return Arc::clone(r);
+        }
+        let r = Arc::new(Resource::service(name));
+        if self.few.len() < FEW {
+            self.few.push((Str::new(name), Arc::clone(&r)));
+            return r;
         }
         if self.resources.len() >= INTERN_LIMIT {
             self.resources.clear();
         }
-        let r = Arc::new(Resource::service(name));
         self.resources.insert(name.to_owned(), Arc::clone(&r));
         r
     }

@@ -368,3 +368,22 @@ fn find_special_is_exact() {
         assert_eq!(scan::find_special(&v, from), naive(&v, from), "{v:?} from {from}");
     }
 }
+
+/// Spans of one service share one resource, with a few services (searched) and with many
+/// (hashed).
+#[test]
+fn resources_are_shared_per_service() {
+    let mut spans = sample::spans(200, 4);
+    for (i, s) in spans.iter_mut().enumerate() {
+        s.resource = std::sync::Arc::new(Resource::service(format!("svc{}", i % 20)));
+    }
+    let back = decode_v2_json(&encode_v2_json(&spans)).unwrap();
+    for (i, s) in back.iter().enumerate() {
+        assert_eq!(s.service_name(), format!("svc{}", i % 20));
+        let first = &back[i % 20];
+        assert!(std::sync::Arc::ptr_eq(&s.resource, &first.resource), "span {i}");
+    }
+    let distinct: std::collections::HashSet<*const Resource> =
+        back.iter().map(|s| std::sync::Arc::as_ptr(&s.resource)).collect();
+    assert_eq!(distinct.len(), 20);
+}
