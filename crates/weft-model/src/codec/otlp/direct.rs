@@ -182,10 +182,43 @@ fn utf8(b: &[u8]) -> Result<&str, std::str::Utf8Error> {
     }
 }
 
+/// The usual encoding of a `KeyValue`, read without the general field loop: the key (field
+/// 1), then the value (field 2) holding one scalar — a string, bool, int or double — each
+/// length below 128. `None` for anything else (the general path decides, and names errors).
+#[inline]
+fn plain_key_value(b: &[u8]) -> Option<KeyValue> {
+    let [0x0a, klen, rest @ ..] = b else { return None };
+    let (k, rest) = rest.split_at_checked(usize::from(*klen).min(0x80))?;
+    let [0x12, vlen, v @ ..] = rest else { return None };
+    if *klen >= 0x80 || *vlen >= 0x80 || v.len() != usize::from(*vlen) {
+        return None;
+    }
+    let key = crate::value::key(utf8(k).ok()?);
+    let value = match v {
+        [0x0a, slen, s @ ..] if usize::from(*slen) == s.len() => Value::Str(Str::new(utf8(s).ok()?)),
+        [0x10, x] if *x < 0x80 => Value::Bool(*x != 0),
+        [0x18, int @ ..] => {
+            let mut pos = 0;
+            let x = super::wire::read_varint(int, &mut pos)?;
+            if pos != int.len() {
+                return None;
+            }
+            Value::I64(x as i64)
+        }
+        [0x21, f @ ..] => Value::F64(f64::from_bits(u64::from_le_bytes(f.try_into().ok()?))),
+        _ => return None,
+    };
+    Some(KeyValue { key, value })
+}
+
 /// Attributes (a repeated `KeyValue` field), merged onto `into`.
 fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
     if depth > MAX_DEPTH {
         return Err(WireError::new(0, "recursion limit reached"));
+    }
+    if let Some(kv) = plain_key_value(b) {
+        into.push(kv);
+        return Ok(());
     }
     let mut c = Cursor::new(b);
     // Decoded in place (a `KeyValue` is large: moving it costs more than building it).
@@ -582,4 +615,51 @@ pub(crate) fn resource_spans(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    /// `KeyValue`s as raw bytes — plain ones (the shortcut) and unusual ones (value first,
+    /// repeated fields, multi-byte lengths, unknown fields, a missing value) — decode as
+    /// prost decodes them.
+    #[test]
+    fn key_values_agree_with_prost() {
+        let long = vec![b'v'; 130];
+        let mut long_str = vec![0x0a, 0x01, b'k', 0x12, 0x85, 0x01, 0x0a, 0x82, 0x01];
+        long_str.extend_from_slice(&long);
+        let cases: Vec<Vec<u8>> = vec![
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05],
+            vec![0x0a, 0x01, b'k', 0x12, 0x03, 0x18, 0x80, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x10, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x09, 0x21, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f],
+            vec![0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, b's'],
+            vec![0x0a, 0x01, b'k', 0x12, 0x00],
+            vec![0x0a, 0x01, b'k'],
+            vec![0x12, 0x02, 0x18, 0x05, 0x0a, 0x01, b'k'],
+            vec![0x0a, 0x01, b'a', 0x0a, 0x01, b'b', 0x12, 0x02, 0x18, 0x05],
+            vec![0x0a, 0x01, b'k', 0x12, 0x04, 0x18, 0x05, 0x18, 0x06],
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05, 0x12, 0x02, 0x10, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05, 0x28, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x04, 0x0a, 0x00, 0x10, 0x01],
+            long_str,
+        ];
+        for b in cases {
+            let want = crate::codec::otlp::attrs_from_proto(vec![proto_kv(&b)]);
+            let mut got = Vec::new();
+            assert!(key_value(&b, 1, &mut got).is_ok(), "{b:x?}");
+            assert_eq!(got, want.0, "{b:x?}");
+        }
+        // Not UTF-8, a truncated value: errors, as prost's are.
+        for b in [vec![0x0a, 0x01, 0xff, 0x12, 0x02, 0x18, 0x05], vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18]] {
+            assert!(crate::codec::otlp::proto::KeyValue::decode(b.as_slice()).is_err());
+            assert!(key_value(&b, 1, &mut Vec::new()).is_err(), "{b:x?}");
+        }
+    }
+
+    fn proto_kv(b: &[u8]) -> crate::codec::otlp::proto::KeyValue {
+        crate::codec::otlp::proto::KeyValue::decode(b).unwrap()
+    }
 }
