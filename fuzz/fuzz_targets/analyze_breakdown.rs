@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
                 trace_id: TraceId::from_u128(u128::from(c[16] % 4)),
                 span_id: SpanId::from_u64(u64::from(c[17] % 16)),
                 parent_span_id: (c[18] & 1 == 1).then(|| SpanId::from_u64(u64::from(c[19] % 16))),
-                name: format!("op{}", c[20] % 3),
+                name: format!("op{}", c[20] % 3).into(),
                 start_ns: start,
                 end_ns: end,
                 resource: Arc::new(Resource::service(format!("svc{}", c[21] % 3))),

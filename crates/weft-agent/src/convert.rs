@@ -40,7 +40,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 
-use weft_model::{Attributes, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, TraceId, Value, conv};
+use weft_model::{Attributes, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Str, TraceId, Value, conv};
 use weft_probe::clock::Calibration;
 use weft_probe::consumer::{Field, FieldName, FieldValue, Record, RecordKind};
 use weft_probe::layout::CLOCK_TSC;
@@ -239,11 +239,11 @@ fn value(v: &FieldValue<'_>) -> Value {
         FieldValue::I64(x) => Value::I64(x),
         FieldValue::U64(x) => match i64::try_from(x) {
             Ok(i) => Value::I64(i),
-            Err(_) => Value::Str(x.to_string()),
+            Err(_) => Value::Str(x.to_string().into()),
         },
         FieldValue::F64(x) => Value::F64(x),
         FieldValue::Bool(b) => Value::Bool(b),
-        FieldValue::Str(s) => Value::Str(s.to_string()),
+        FieldValue::Str(s) => Value::Str(s.into()),
         FieldValue::Bytes(b) => Value::Bytes(b.to_vec()),
     }
 }
@@ -456,7 +456,7 @@ impl Assembler {
                 let tsc = self.tsc;
                 let o = self.open_entry(sid, rec.trace_id, now_ns, out);
                 o.has_start = true;
-                o.span.name = tp_name.to_string();
+                o.span.name = Str::from(&*tp_name);
                 o.span.start_ns = ts;
                 if tsc {
                     o.raw_start = rec.timestamp;
@@ -490,7 +490,7 @@ impl Assembler {
                     o.raw_end = rec.timestamp;
                 }
                 if o.span.name.is_empty() {
-                    o.span.name = tp_name.to_string();
+                    o.span.name = Str::from(&*tp_name);
                 }
                 self.set_attrs(sid, rec, names);
                 self.pin(sid, ring, pos);
@@ -509,9 +509,9 @@ impl Assembler {
                 match rec.kind {
                     RecordKind::Annotation => {
                         let text = match rec.fields.first().map(|f| f.value) {
-                            Some(FieldValue::Str(s)) => s.to_string(),
-                            Some(other) => value(&other).to_string(),
-                            None => String::new(),
+                            Some(FieldValue::Str(s)) => Str::from(s),
+                            Some(other) => value(&other).to_string().into(),
+                            None => Str::default(),
                         };
                         self.add_event(sid, SpanEvent { time_ns: ts, name: text, ..SpanEvent::default() });
                     }
@@ -530,7 +530,7 @@ impl Assembler {
                         sid,
                         SpanEvent {
                             time_ns: ts,
-                            name: tp_name.to_string(),
+                            name: Str::from(&*tp_name),
                             attributes,
                             ..SpanEvent::default()
                         },
@@ -552,7 +552,7 @@ impl Assembler {
                     trace_id: TraceId::from_u128(trace),
                     span_id: SpanId::from_u64(span_id),
                     parent_span_id: (sid != 0).then(|| SpanId::from_u64(sid)),
-                    name: tp_name.to_string(),
+                    name: Str::from(&*tp_name),
                     kind: SpanKind::Internal,
                     start_ns: ts,
                     end_ns: ts,
@@ -594,7 +594,7 @@ impl Assembler {
             match (f.name, f.value) {
                 (FieldName::Key("service"), FieldValue::Str(s)) => service = Some(s.to_string()),
                 (FieldName::Key("ip"), FieldValue::Str(s)) if !s.is_empty() => {
-                    attrs.push((conv::LOCAL_IPV4, Value::Str(s.to_string())))
+                    attrs.push((conv::LOCAL_IPV4, Value::Str(s.into())))
                 }
                 (FieldName::Key("port"), v) => attrs.push((conv::LOCAL_PORT, value(&v))),
                 _ => {}

@@ -71,7 +71,7 @@ fn big_trace(n: usize) -> Vec<Span> {
             trace_id: TraceId::from_u128(1),
             span_id: SpanId::from_u64(i as u64 + 1),
             parent_span_id: parent,
-            name: format!("op{}", comp % 4),
+            name: format!("op{}", comp % 4).into(),
             start_ns: start,
             end_ns: start + 100 + rng.below(10_000),
             resource: res[(comp % 5) as usize].clone(),

@@ -131,7 +131,7 @@ fn insert(trie: &mut Vec<TrieNode>, spans: &[Span], which_b: bool) {
     let mut stack: Vec<(usize, usize)> = tree.roots.iter().rev().map(|&r| (r, 0)).collect();
     while let Some((i, parent)) = stack.pop() {
         let s = &spans[i];
-        let key = (s.service_name().to_owned(), s.name.clone());
+        let key = (s.service_name().to_owned(), s.name.to_string());
         let depth = trie[parent].depth + usize::from(parent != 0);
         let node = match trie[parent].index.get(&key) {
             Some(&n) => n,

@@ -269,7 +269,7 @@ mod tests {
             trace_id: TraceId::from_u128(7),
             span_id: SpanId::from_u64(id),
             parent_span_id: parent.map(SpanId::from_u64),
-            name: format!("s{id}"),
+            name: format!("s{id}").into(),
             start_ns: start,
             end_ns: end,
             ..Span::default()

@@ -185,7 +185,7 @@ pub fn kernel_spans(events: &[Event], opts: &KernelSpanOptions) -> KernelSpans {
         }
         Span {
             span_id: next_id(),
-            name,
+            name: name.into(),
             kind: SpanKind::Internal,
             start_ns: start,
             end_ns: end.max(start),
@@ -761,7 +761,7 @@ mod tests {
                 trace_id: TraceId([9; 16]),
                 span_id: SpanId([id; 8]),
                 parent_span_id: parent.map(|p| SpanId([p; 8])),
-                name: format!("s{id}"),
+                name: format!("s{id}").into(),
                 start_ns: s,
                 end_ns: e,
                 attributes: a,

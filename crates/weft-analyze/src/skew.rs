@@ -129,7 +129,7 @@ mod tests {
             trace_id: TraceId::from_u128(1),
             span_id: SpanId::from_u64(id),
             parent_span_id: parent.map(SpanId::from_u64),
-            name: format!("s{id}"),
+            name: format!("s{id}").into(),
             kind: SpanKind::Server,
             start_ns: start,
             end_ns: end,

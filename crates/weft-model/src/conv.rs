@@ -114,3 +114,84 @@ pub const DESTINATION_PORT: &str = "destination.port";
 pub const NETWORK_TRANSPORT: &str = "network.transport";
 /// Span (network hop, OTel semconv): `ipv4` or `arp`.
 pub const NETWORK_PROTOCOL: &str = "network.protocol.name";
+
+// ---------------------------------------------------------------------------------------
+// Well-known keys longer than a `Str` holds inline.
+
+/// The `'static` spelling of a well-known attribute key too long to be stored inline in a
+/// [`crate::Str`] (more than [`crate::value::STR_INLINE`] bytes): OpenTelemetry
+/// semantic-convention names that are common in traces. Decoders build keys through
+/// [`crate::value::key`], which uses this to make such keys without allocating. (Every
+/// constant in this module is short enough to be inline anyway.)
+pub fn known(s: &str) -> Option<&'static str> {
+    Some(match s {
+        // HTTP (current and pre-1.21 conventions)
+        "http.response.status_code" => "http.response.status_code",
+        "http.request.resend_count" => "http.request.resend_count",
+        "http.request.method_original" => "http.request.method_original",
+        "http.request_content_length" => "http.request_content_length",
+        "http.response_content_length" => "http.response_content_length",
+        "user_agent.synthetic.type" => "user_agent.synthetic.type",
+        // messaging
+        "messaging.destination.name" => "messaging.destination.name",
+        "messaging.destination.template" => "messaging.destination.template",
+        "messaging.destination.partition.id" => "messaging.destination.partition.id",
+        "messaging.message.conversation_id" => "messaging.message.conversation_id",
+        "messaging.message.body.size" => "messaging.message.body.size",
+        "messaging.message.envelope.size" => "messaging.message.envelope.size",
+        "messaging.batch.message_count" => "messaging.batch.message_count",
+        "messaging.consumer.group.name" => "messaging.consumer.group.name",
+        "messaging.kafka.message.key" => "messaging.kafka.message.key",
+        "messaging.rabbitmq.destination.routing_key" => "messaging.rabbitmq.destination.routing_key",
+        // RPC
+        "rpc.jsonrpc.error_message" => "rpc.jsonrpc.error_message",
+        "rpc.connect_rpc.error_code" => "rpc.connect_rpc.error_code",
+        // network, process, deployment, containers
+        "network.connection.subtype" => "network.connection.subtype",
+        "deployment.environment.name" => "deployment.environment.name",
+        "process.runtime.description" => "process.runtime.description",
+        "k8s.container.restart_count" => "k8s.container.restart_count",
+        "container.image.repo_digests" => "container.image.repo_digests",
+        // generative AI
+        "gen_ai.request.max_tokens" => "gen_ai.request.max_tokens",
+        "gen_ai.request.temperature" => "gen_ai.request.temperature",
+        "gen_ai.usage.input_tokens" => "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens" => "gen_ai.usage.output_tokens",
+        "gen_ai.response.finish_reasons" => "gen_ai.response.finish_reasons",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key weft writes is short enough for a `Str` to hold inline (no allocation); a new
+    /// longer one must go into [`known`] instead.
+    #[test]
+    fn weft_keys_fit_inline() {
+        let src = include_str!("conv.rs");
+        let mut n = 0;
+        for line in src.lines().filter(|l| l.starts_with("pub const ")) {
+            let value = line.split('"').nth(1).unwrap();
+            assert!(value.len() <= crate::value::STR_INLINE, "{value} is longer than a Str holds inline");
+            n += 1;
+        }
+        assert!(n > 40, "found only {n} constants");
+    }
+
+    #[test]
+    fn known_keys_are_long_and_static() {
+        for k in ["http.response.status_code", "messaging.destination.name", "gen_ai.usage.output_tokens"] {
+            assert_eq!(known(k), Some(k));
+            let s = crate::value::key(k);
+            assert_eq!(s, k);
+            assert!(!s.is_heap_allocated(), "{k}");
+            assert_eq!(s.as_static_str(), Some(k));
+        }
+        assert_eq!(known("http.route"), None);
+        assert_eq!(known("some.custom.attribute.that.is.long"), None);
+        assert!(crate::value::key("some.custom.attribute.that.is.long").is_heap_allocated());
+        assert!(!crate::value::key(SERVICE_INSTANCE_ID).is_heap_allocated());
+    }
+}

@@ -4,7 +4,9 @@
 //!
 //! * [`id`]: 128-bit [`TraceId`], 64-bit [`SpanId`], hex on text wire formats.
 //! * [`time`]: `u64` ns since the UNIX epoch at the boundary; [`Clock`] maps raw source time.
-//! * [`value`]: typed attributes ([`Value`], [`Attributes`]) — OTLP's `AnyValue` model.
+//! * [`value`]: typed attributes ([`Value`], [`Attributes`]) — OTLP's `AnyValue` model — and
+//!   [`Str`], the string of keys, names and string values (inline up to 24 bytes, static
+//!   strings without copying: few heap allocations per span).
 //! * [`span`]: [`Span`] with kind, status, [`Resource`], [`Scope`], [`SpanEvent`]s
 //!   (annotations) and [`Link`]s with a [`LinkRelation`].
 //! * [`event`]: low-level [`Event`]s normalized per component kind (host, NIC, network,
@@ -29,4 +31,4 @@ pub use event::{ComponentKind, Event, EventKind, SourceId};
 pub use id::{IdError, SpanId, TraceId};
 pub use span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
 pub use time::{Clock, TimeUnit, UnixNanos};
-pub use value::{Attributes, KeyValue, Value};
+pub use value::{Attributes, KeyValue, Str, Value};

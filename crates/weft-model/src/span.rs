@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::id::{SpanId, TraceId};
-use crate::value::Attributes;
+use crate::value::{Attributes, Str};
 
 /// OTLP span kind. The numeric values are OTLP's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
@@ -130,7 +130,7 @@ pub struct Resource {
 
 impl Resource {
     /// A resource with just `service.name`.
-    pub fn service(name: impl Into<String>) -> Resource {
+    pub fn service(name: impl Into<Str>) -> Resource {
         let mut attributes = Attributes::new();
         attributes.push(crate::conv::SERVICE_NAME, name.into());
         Resource { attributes, ..Resource::default() }
@@ -174,7 +174,7 @@ pub struct SpanEvent {
     /// When, ns since the epoch.
     pub time_ns: u64,
     /// Event name (the Zipkin annotation value).
-    pub name: String,
+    pub name: Str,
     /// Key/value annotations attached to this instant.
     #[serde(default)]
     pub attributes: Attributes,
@@ -260,7 +260,7 @@ pub struct Span {
     #[serde(default)]
     pub flags: u32,
     /// Operation name.
-    pub name: String,
+    pub name: Str,
     /// Kind.
     #[serde(default)]
     pub kind: SpanKind,

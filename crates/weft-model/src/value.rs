@@ -2,7 +2,7 @@
 //!
 //! | weft | OTLP | Zipkin tag / Jaeger tag |
 //! |---|---|---|
-//! | `Str` | `string_value` | string / `string` |
+//! | `Str` ([`Str`]) | `string_value` | string / `string` |
 //! | `Bool` | `bool_value` | `"true"`/`"false"` / `bool` |
 //! | `I64` | `int_value` | decimal string / `int64` |
 //! | `F64` | `double_value` | shortest round-trip decimal / `float64` |
@@ -11,15 +11,47 @@
 //!
 //! Zipkin tags are strings only, so a Zipkin round trip keeps the text but not the type; the
 //! codecs say so in their conversion reports.
+//!
+//! # Strings: [`Str`]
+//!
+//! Attribute keys ([`KeyValue::key`]), string values ([`Value::Str`]), span names
+//! ([`crate::Span::name`]) and event names ([`crate::SpanEvent::name`]) are [`Str`]s, not
+//! `String`s: a `Str` of at most 24 bytes lives inline (no heap allocation), and a `Str` made
+//! with [`Str::const_new`] from a `&'static str` points at it, whatever its length. Decoders
+//! build keys with [`key`], which maps well-known long keys (OpenTelemetry semantic
+//! conventions and [`crate::conv`]; see [`crate::conv::known`]) to static strings, so
+//! typical spans decode with few allocations beyond their long values. A `Str` derefs to
+//! `str`, compares with `&str`/`String`, converts from `&str`/`String` (`.into()`; a `String`
+//! keeps its buffer), and serializes exactly as a `String` does (same JSON).
 
 use std::fmt;
+
+/// weft's string for keys, names and string values: [`compact_str::CompactString`] — inline
+/// up to 24 bytes, a `&'static str` without copying ([`Str::const_new`]), heap beyond. See
+/// the [module docs](self).
+pub type Str = compact_str::CompactString;
+
+/// Longest string a [`Str`] holds without allocating.
+pub const STR_INLINE: usize = 24;
+
+/// An attribute key as a [`Str`] without allocating when it is short ([`STR_INLINE`] bytes
+/// or fewer) or well known ([`crate::conv::known`]); what decoders use for keys.
+#[inline]
+pub fn key(s: &str) -> Str {
+    if s.len() > STR_INLINE
+        && let Some(k) = crate::conv::known(s)
+    {
+        return Str::const_new(k);
+    }
+    Str::new(s)
+}
 
 /// An attribute value.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Value {
     /// UTF-8 string.
-    Str(String),
+    Str(Str),
     /// Boolean.
     Bool(bool),
     /// Signed 64-bit integer.
@@ -83,7 +115,7 @@ impl Value {
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::Value as J;
         match self {
-            Value::Str(s) => J::String(s.clone()),
+            Value::Str(s) => J::String(s.to_string()),
             Value::Bool(b) => J::Bool(*b),
             Value::I64(i) => J::from(*i),
             Value::F64(f) => {
@@ -91,7 +123,7 @@ impl Value {
             }
             Value::Bytes(b) => J::Array(b.iter().map(|x| J::from(*x)).collect()),
             Value::Array(a) => J::Array(a.iter().map(Value::to_json).collect()),
-            Value::Map(m) => J::Object(m.iter().map(|kv| (kv.key.clone(), kv.value.to_json())).collect()),
+            Value::Map(m) => J::Object(m.iter().map(|kv| (kv.key.to_string(), kv.value.to_json())).collect()),
             Value::Empty => J::Null,
         }
     }
@@ -116,12 +148,27 @@ impl fmt::Display for Value {
 
 impl From<&str> for Value {
     fn from(s: &str) -> Self {
-        Value::Str(s.to_owned())
+        Value::Str(Str::new(s))
     }
 }
 impl From<String> for Value {
     fn from(s: String) -> Self {
+        Value::Str(Str::from(s))
+    }
+}
+impl From<&String> for Value {
+    fn from(s: &String) -> Self {
+        Value::Str(Str::new(s))
+    }
+}
+impl From<Str> for Value {
+    fn from(s: Str) -> Self {
         Value::Str(s)
+    }
+}
+impl From<&Str> for Value {
+    fn from(s: &Str) -> Self {
+        Value::Str(s.clone())
     }
 }
 impl From<i64> for Value {
@@ -149,14 +196,14 @@ impl From<f64> for Value {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeyValue {
     /// Attribute key (OpenTelemetry semantic-convention names where one exists).
-    pub key: String,
+    pub key: Str,
     /// Attribute value.
     pub value: Value,
 }
 
 impl KeyValue {
     /// Builds a key/value pair.
-    pub fn new(key: impl Into<String>, value: impl Into<Value>) -> Self {
+    pub fn new(key: impl Into<Str>, value: impl Into<Value>) -> Self {
         KeyValue { key: key.into(), value: value.into() }
     }
 }
@@ -181,7 +228,7 @@ impl Attributes {
         self.get(key).and_then(Value::as_str)
     }
     /// Sets `key` (replacing an existing value in place, else appending).
-    pub fn set(&mut self, key: impl Into<String>, value: impl Into<Value>) {
+    pub fn set(&mut self, key: impl Into<Str>, value: impl Into<Value>) {
         let key = key.into();
         let value = value.into();
         match self.0.iter_mut().find(|kv| kv.key == key) {
@@ -190,7 +237,7 @@ impl Attributes {
         }
     }
     /// Appends without checking for an existing key (for decoders that trust their input).
-    pub fn push(&mut self, key: impl Into<String>, value: impl Into<Value>) {
+    pub fn push(&mut self, key: impl Into<Str>, value: impl Into<Value>) {
         self.0.push(KeyValue::new(key, value));
     }
     /// Removes `key`, returning its value.

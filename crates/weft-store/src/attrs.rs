@@ -102,7 +102,7 @@ pub(crate) fn encode_value(v: &Value, out: &mut String) -> char {
 /// Inverse of [`encode_value`].
 pub(crate) fn decode_value(tag: char, text: &str) -> Result<Value, String> {
     Ok(match tag {
-        's' => Value::Str(text.to_owned()),
+        's' => Value::Str(text.to_owned().into()),
         'i' => Value::I64(text.parse().map_err(|e| format!("int attribute {text:?}: {e}"))?),
         'd' => Value::F64(text.parse().map_err(|e| format!("double attribute {text:?}: {e}"))?),
         'b' => match text {
@@ -130,10 +130,10 @@ fn from_json(j: serde_json::Value) -> Value {
             Some(i) => Value::I64(i),
             None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
         },
-        J::String(s) => Value::Str(s),
+        J::String(s) => Value::Str(s.into()),
         J::Array(a) => Value::Array(a.into_iter().map(from_json).collect()),
         J::Object(o) => {
-            Value::Map(o.into_iter().map(|(k, v)| KeyValue { key: k, value: from_json(v) }).collect())
+            Value::Map(o.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: from_json(v) }).collect())
         }
     }
 }
@@ -169,7 +169,7 @@ pub(crate) fn read_attrs(
         let text = if values.is_null(i) { "" } else { values.value(i) };
         let value =
             decode_value(tag, text).map_err(|e| StoreError::Decode(format!("{what} {key:?}: {e}")))?;
-        out.push(KeyValue { key, value });
+        out.push(KeyValue { key: key.into(), value });
     }
     Ok(Attributes(out))
 }
@@ -188,7 +188,7 @@ mod tests {
     fn scalar_values_round_trip() {
         for v in [
             Value::Str("héllo, 'world'".into()),
-            Value::Str(String::new()),
+            Value::Str(String::new().into()),
             Value::I64(i64::MIN),
             Value::I64(42),
             Value::F64(0.1),
@@ -219,7 +219,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn any_scalar_round_trips(s in ".*", i: i64, f in proptest::num::f64::NORMAL, b: bool, bytes: Vec<u8>) {
-            proptest::prop_assert_eq!(rt(Value::Str(s.clone())), Value::Str(s));
+            proptest::prop_assert_eq!(rt(Value::Str(s.clone().into())), Value::Str(s.into()));
             proptest::prop_assert_eq!(rt(Value::I64(i)), Value::I64(i));
             proptest::prop_assert_eq!(rt(Value::F64(f)), Value::F64(f));
             proptest::prop_assert_eq!(rt(Value::Bool(b)), Value::Bool(b));

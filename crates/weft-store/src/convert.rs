@@ -321,7 +321,7 @@ pub fn batches_to_spans(
         for i in 0..b.num_rows() {
             ev_by_span.entry((trace_id_at(tr, i), span_id_at(sp, i))).or_default().push(SpanEvent {
                 time_ns: time.value(i) as u64,
-                name: str_at(name, i).to_owned(),
+                name: str_at(name, i).to_owned().into(),
                 attributes: read_attrs(attrs, types, i, "span event attribute")?,
                 dropped_attributes_count: dropped.value(i),
             });
@@ -408,7 +408,7 @@ pub fn batches_to_spans(
                 parent_span_id: if parent.is_null(i) { None } else { Some(span_id_at(parent, i)) },
                 trace_state: str_at(trace_state, i).to_owned(),
                 flags: flags.value(i),
-                name: str_at(name, i).to_owned(),
+                name: str_at(name, i).to_owned().into(),
                 kind: SpanKind::parse(str_at(kind, i)).unwrap_or_default(),
                 start_ns,
                 end_ns: start_ns.wrapping_add(dur.value(i) as u64),

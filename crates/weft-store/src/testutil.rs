@@ -20,7 +20,7 @@ pub(crate) fn span(i: u64) -> Span {
         parent_span_id: if i.is_multiple_of(4) { None } else { Some(SpanId::from_u64(i)) },
         trace_state: if i == 1 { "k=v".into() } else { String::new() },
         flags: 0x101,
-        name: format!("op-{}", i % 5),
+        name: format!("op-{}", i % 5).into(),
         kind: SpanKind::from_i32((i % 6) as i32),
         start_ns: 1_700_000_000_000_000_000 + i * 1000,
         end_ns: 1_700_000_000_000_000_000 + i * 1000 + 500,

@@ -214,7 +214,7 @@ impl BlkkinWeaver {
         let what = match &*tp.name {
             "zipkin:timestamp" => What::Ann(text("event")?.to_owned()),
             "zipkin:keyval_integer" => What::Bin(text("key")?.to_owned(), Value::I64(int("val")? as i64)),
-            _ => What::Bin(text("key")?.to_owned(), Value::Str(text("val")?.to_owned())),
+            _ => What::Bin(text("key")?.to_owned(), Value::Str(text("val")?.to_owned().into())),
         };
         let ep = self.endpoint(ep);
         self.seq += 1;
@@ -392,7 +392,7 @@ impl BlkkinWeaver {
             let i = side_of(&sides, a.ep);
             sides[i].events.push(SpanEvent {
                 time_ns: a.time_ns,
-                name: a.value.clone(),
+                name: a.value.clone().into(),
                 ..SpanEvent::default()
             });
             sides[i].tids.push(a.tid);
@@ -419,7 +419,7 @@ impl BlkkinWeaver {
             let end = s.end.or(hi).filter(|e| *e > start).unwrap_or(start);
             let mut attributes = Attributes(Vec::with_capacity(s.attrs.len() + 4));
             for (k, v) in s.attrs {
-                attributes.0.push(KeyValue { key: k, value: v });
+                attributes.0.push(KeyValue { key: k.into(), value: v });
             }
             let ep = s.ep.map(|e| self.endpoints[e as usize].clone());
             if let Some(ep) = &ep {
@@ -444,7 +444,7 @@ impl BlkkinWeaver {
                 trace_id: TraceId::from_u64(trace),
                 span_id: SpanId::from_u64(span),
                 parent_span_id: (g.parent != 0).then(|| SpanId::from_u64(g.parent)),
-                name: g.name.clone(),
+                name: g.name.clone().into(),
                 kind: s.kind,
                 start_ns: start,
                 end_ns: end,
@@ -713,7 +713,7 @@ mod tests {
         s.attributes.remove(conv::THREAD_ID);
         for kv in &mut s.attributes.0 {
             if kv.key != conv::LOCAL_PORT && kv.key != conv::ZIPKIN_SHARED {
-                kv.value = Value::Str(kv.value.to_string());
+                kv.value = Value::Str(kv.value.to_string().into());
             }
         }
         s.scope = Arc::new(Scope::default());

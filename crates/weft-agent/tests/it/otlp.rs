@@ -9,7 +9,7 @@ use weft_model::{
 
 fn value() -> impl Strategy<Value = Value> {
     prop_oneof![
-        ".{0,12}".prop_map(Value::Str),
+        ".{0,12}".prop_map(Value::from),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::I64),
         any::<f64>().prop_map(Value::F64),
@@ -42,7 +42,7 @@ fn span(resources: Vec<Arc<Resource>>, scopes: Vec<Arc<Scope>>) -> impl Strategy
                 trace_id: TraceId::from_u128(t),
                 span_id: SpanId::from_u64(s),
                 parent_span_id: p.map(SpanId::from_u64),
-                name,
+                name: name.into(),
                 kind: SpanKind::from_i32(kind),
                 start_ns: start,
                 end_ns: end,
@@ -51,7 +51,7 @@ fn span(resources: Vec<Arc<Resource>>, scopes: Vec<Arc<Scope>>) -> impl Strategy
                     .into_iter()
                     .map(|(time_ns, name, attributes, d)| SpanEvent {
                         time_ns,
-                        name,
+                        name: name.into(),
                         attributes,
                         dropped_attributes_count: d,
                     })

@@ -215,18 +215,18 @@ fn write_span(s: &Span, pid: usize, out: &mut Vec<u8>, losses: &mut Losses) {
             tag(out, conv::ERROR, &Value::Bool(true), losses);
             tag(out, conv::OTEL_STATUS_CODE, &Value::Str("ERROR".into()), losses);
             if !s.status.message.is_empty() {
-                tag(out, conv::OTEL_STATUS_DESCRIPTION, &Value::Str(s.status.message.clone()), losses);
+                tag(out, conv::OTEL_STATUS_DESCRIPTION, &Value::Str(s.status.message.clone().into()), losses);
             }
         }
     }
     if !s.scope.name.is_empty() {
-        tag(out, conv::OTEL_SCOPE_NAME, &Value::Str(s.scope.name.clone()), losses);
+        tag(out, conv::OTEL_SCOPE_NAME, &Value::Str(s.scope.name.clone().into()), losses);
     }
     if !s.scope.version.is_empty() {
-        tag(out, conv::OTEL_SCOPE_VERSION, &Value::Str(s.scope.version.clone()), losses);
+        tag(out, conv::OTEL_SCOPE_VERSION, &Value::Str(s.scope.version.clone().into()), losses);
     }
     if !s.trace_state.is_empty() {
-        tag(out, TRACE_STATE_TAG, &Value::Str(s.trace_state.clone()), losses);
+        tag(out, TRACE_STATE_TAG, &Value::Str(s.trace_state.clone().into()), losses);
     }
     out.extend_from_slice(b"],\"logs\":[");
     for (i, e) in s.events.iter().enumerate() {
@@ -423,9 +423,13 @@ impl JTag {
             ("binary", J::String(s)) => base64::engine::general_purpose::STANDARD
                 .decode(s)
                 .map(Value::Bytes)
-                .unwrap_or_else(|_| Value::Str(s.clone())),
-            ("int64", J::String(s)) => s.parse().map(Value::I64).unwrap_or_else(|_| Value::Str(s.clone())),
-            ("float64", J::String(s)) => s.parse().map(Value::F64).unwrap_or_else(|_| Value::Str(s.clone())),
+                .unwrap_or_else(|_| Value::Str(s.clone().into())),
+            ("int64", J::String(s)) => {
+                s.parse().map(Value::I64).unwrap_or_else(|_| Value::Str(s.clone().into()))
+            }
+            ("float64", J::String(s)) => {
+                s.parse().map(Value::F64).unwrap_or_else(|_| Value::Str(s.clone().into()))
+            }
             ("bool", J::String(s)) => Value::Bool(s == "true"),
             ("float64", J::Number(n)) => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
             (_, v) => zipkin::json_to_value(v.clone()),
@@ -487,16 +491,17 @@ fn convert_span(
             (conv::ERROR, Value::Bool(b)) => error = *b,
             (conv::OTEL_STATUS_CODE, Value::Str(c)) if c == "OK" || c == "ERROR" => code = Some(c == "OK"),
             (conv::OTEL_STATUS_DESCRIPTION, Value::Str(d)) => description = Some(d.clone()),
-            (conv::OTEL_SCOPE_NAME | conv::OTEL_LIBRARY_NAME, Value::Str(n)) => scope_name = n.clone(),
+            (conv::OTEL_SCOPE_NAME | conv::OTEL_LIBRARY_NAME, Value::Str(n)) => scope_name = n.to_string(),
             (conv::OTEL_SCOPE_VERSION | conv::OTEL_LIBRARY_VERSION, Value::Str(n)) => {
-                scope_version = n.clone()
+                scope_version = n.to_string()
             }
-            (TRACE_STATE_TAG, Value::Str(ts)) => trace_state = ts.clone(),
-            _ => attributes.0.push(KeyValue { key: t.key.clone(), value: v }),
+            (TRACE_STATE_TAG, Value::Str(ts)) => trace_state = ts.to_string(),
+            _ => attributes.0.push(KeyValue { key: t.key.clone().into(), value: v }),
         }
     }
     if error || code == Some(false) {
-        status = Status { code: StatusCode::Error, message: description.take().unwrap_or_default() };
+        status =
+            Status { code: StatusCode::Error, message: description.take().unwrap_or_default().to_string() };
     } else if code == Some(true) {
         status.code = StatusCode::Ok;
     }
@@ -514,7 +519,7 @@ fn convert_span(
             for f in l.fields.iter().flatten() {
                 match (f.key.as_str(), f.value()) {
                     ("event", Value::Str(n)) if name.is_none() => name = Some(n),
-                    (_, v) => attrs.0.push(KeyValue { key: f.key.clone(), value: v }),
+                    (_, v) => attrs.0.push(KeyValue { key: f.key.clone().into(), value: v }),
                 }
             }
             let name = name.unwrap_or_default();
@@ -552,7 +557,7 @@ fn convert_span(
         parent_span_id: parent,
         trace_state,
         flags: s.flags.map_or(0, |n| n.0 as u32),
-        name: s.operation_name.clone(),
+        name: s.operation_name.clone().into(),
         kind,
         start_ns,
         end_ns: start_ns.saturating_add(s.duration.map_or(0, |n| n.0).saturating_mul(1000)),
@@ -663,7 +668,7 @@ mod tests {
             // Jaeger keeps types of scalars; arrays/maps come back as JSON text.
             for kv in &mut a.attributes.0 {
                 if matches!(kv.value, Value::Array(_) | Value::Map(_)) {
-                    kv.value = Value::Str(kv.value.to_string());
+                    kv.value = Value::Str(kv.value.to_string().into());
                 }
             }
             let mut b = b.clone();

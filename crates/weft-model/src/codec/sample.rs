@@ -147,7 +147,7 @@ pub fn spans(n: usize, seed: u64) -> Vec<Span> {
                 parent_span_id: parent,
                 trace_state: String::new(),
                 flags: 0x101,
-                name: format!("{} {route}", ["GET", "POST"][k % 2]),
+                name: format!("{} {route}", ["GET", "POST"][k % 2]).into(),
                 kind: [SpanKind::Server, SpanKind::Client, SpanKind::Internal][k % 3],
                 start_ns: start,
                 end_ns: start + dur,

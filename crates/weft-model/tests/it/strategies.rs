@@ -35,7 +35,7 @@ pub fn finite() -> impl Strategy<Value = f64> {
 
 pub fn value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
-        text().prop_map(Value::Str),
+        text().prop_map(|s| Value::Str(s.into())),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::I64),
         finite().prop_map(Value::F64),
@@ -76,7 +76,7 @@ pub fn relation() -> impl Strategy<Value = LinkRelation> {
 pub fn event() -> impl Strategy<Value = SpanEvent> {
     (any::<u64>(), text(), attributes(), any::<u32>()).prop_map(|(time_ns, name, attributes, d)| SpanEvent {
         time_ns,
-        name,
+        name: name.into(),
         attributes,
         dropped_attributes_count: d % 3,
     })
@@ -123,7 +123,7 @@ pub fn span_with(res: Arc<Resource>, sc: Arc<Scope>) -> impl Strategy<Value = Sp
             parent_span_id: a.2,
             trace_state: a.3,
             flags: a.4,
-            name: a.5,
+            name: a.5.into(),
             kind: a.6,
             start_ns: b.0,
             end_ns: b.1,
@@ -182,7 +182,7 @@ pub fn tag_status() -> impl Strategy<Value = Status> {
 /// maps with unique keys.
 pub fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
-        text().prop_map(Value::Str),
+        text().prop_map(|s| Value::Str(s.into())),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::I64),
         finite().prop_map(Value::F64),
@@ -207,7 +207,12 @@ pub fn zipkin_spans() -> impl Strategy<Value = Vec<Span>> {
         Arc::new(s.map(|(name, version)| Scope { name, version, ..Scope::default() }).unwrap_or_default())
     });
     let event = (micros_ns(), "[ -z|~]{0,12}", unique_attributes(json_value())).prop_map(
-        |(time_ns, name, attributes)| SpanEvent { time_ns, name, attributes, dropped_attributes_count: 0 },
+        |(time_ns, name, attributes)| SpanEvent {
+            time_ns,
+            name: name.into(),
+            attributes,
+            dropped_attributes_count: 0,
+        },
     );
     let kind = prop_oneof![
         Just(SpanKind::Unspecified),
@@ -219,14 +224,17 @@ pub fn zipkin_spans() -> impl Strategy<Value = Vec<Span>> {
     let span = (
         (trace_id(), span_id(), proptest::option::of(span_id()), text(), kind),
         (micros_ns(), (0u64..1 << 40).prop_map(|d| d * 1000), tag_status()),
-        (unique_attributes(text().prop_map(Value::Str)), proptest::collection::vec(event, 0..3)),
+        (
+            unique_attributes(text().prop_map(|s| Value::Str(s.into()))),
+            proptest::collection::vec(event, 0..3),
+        ),
         (resource, scope),
     )
         .prop_map(|(a, b, c, d)| Span {
             trace_id: a.0,
             span_id: a.1,
             parent_span_id: a.2,
-            name: a.3,
+            name: a.3.into(),
             kind: a.4,
             start_ns: b.0,
             end_ns: b.0 + b.1,
@@ -243,7 +251,7 @@ pub fn zipkin_spans() -> impl Strategy<Value = Vec<Span>> {
 /// A scalar value Jaeger's typed tags carry.
 pub fn scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
-        text().prop_map(Value::Str),
+        text().prop_map(|s| Value::Str(s.into())),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::I64),
         finite().prop_map(Value::F64),
@@ -264,7 +272,7 @@ pub fn jaeger_spans() -> impl Strategy<Value = Vec<Span>> {
         Arc::new(s.map(|(name, version)| Scope { name, version, ..Scope::default() }).unwrap_or_default())
     });
     let event = (micros_ns(), text(), unique_attributes(scalar())).prop_map(|(time_ns, name, attributes)| {
-        SpanEvent { time_ns, name, attributes, dropped_attributes_count: 0 }
+        SpanEvent { time_ns, name: name.into(), attributes, dropped_attributes_count: 0 }
     });
     let link = (trace_id(), span_id(), any::<bool>()).prop_map(|(trace_id, span_id, follows)| Link {
         trace_id,
@@ -296,7 +304,7 @@ pub fn jaeger_spans() -> impl Strategy<Value = Vec<Span>> {
                 trace_id: a.0,
                 span_id: a.1,
                 parent_span_id: a.2,
-                name: a.3,
+                name: a.3.into(),
                 kind: a.4,
                 flags: a.5,
                 trace_state: a.6,

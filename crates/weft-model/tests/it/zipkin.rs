@@ -165,7 +165,7 @@ fn v1_spans() -> impl Strategy<Value = Vec<Span>> {
                 s.scope = Default::default();
                 for e in &mut s.events {
                     // Plain annotations: no core names, no attributes.
-                    e.name = format!("e:{}", e.name);
+                    e.name = format!("e:{}", e.name).into();
                     e.attributes = Default::default();
                 }
                 s

@@ -303,7 +303,7 @@ pub fn big_trace(seed: u64, n: usize, start_ns: u64) -> Vec<Span> {
                 trace_id: trace,
                 span_id: SpanId::from_u64(i as u64 + 1),
                 parent_span_id: parent.map(|p| SpanId::from_u64(p as u64 + 1)),
-                name,
+                name: name.into(),
                 kind: if parent.is_none() { SpanKind::Server } else { SpanKind::Internal },
                 start_ns: start,
                 end_ns: end,

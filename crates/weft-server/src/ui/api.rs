@@ -388,7 +388,7 @@ async fn span(
             let target = if l.trace_id == tid {
                 prep.by_id
                     .get(&l.span_id)
-                    .map(|&r| (prep.spans[r].service_name().to_owned(), prep.spans[r].name.clone()))
+                    .map(|&r| (prep.spans[r].service_name().to_owned(), prep.spans[r].name.to_string()))
             } else {
                 names.get(&(t.clone(), s_.clone())).cloned()
             };

@@ -129,7 +129,7 @@ pub fn parse(p: &Params) -> Result<Request, ParamError> {
 fn text(span: &Span, key: &str) -> Option<String> {
     match span.attributes.get(key).or_else(|| span.resource.attributes.get(key))? {
         Value::Str(s) if s.is_empty() => None,
-        Value::Str(s) => Some(s.clone()),
+        Value::Str(s) => Some(s.to_string()),
         v => Some(v.to_string()),
     }
 }

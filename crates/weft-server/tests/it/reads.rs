@@ -47,7 +47,7 @@ fn zipkin_read_api() {
 
     let names: Vec<String> = serde_json::from_value(s.get_json("/api/v2/spans?serviceName=cart")).unwrap();
     let want: BTreeSet<String> =
-        sent.iter().chain(&more).filter(|x| x.service_name() == "cart").map(|x| x.name.clone()).collect();
+        sent.iter().chain(&more).filter(|x| x.service_name() == "cart").map(|x| x.name.to_string()).collect();
     assert_eq!(names.into_iter().collect::<BTreeSet<_>>(), want);
     assert_eq!(s.get("/api/v2/spans").0, 400, "serviceName is required");
 

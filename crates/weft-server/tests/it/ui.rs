@@ -495,7 +495,7 @@ fn breakdown_is_weft_analyze_per_trace_and_over_all() {
     // Shop traces (OTel-SDK-like): rows by service add up; per root-name directions.
     let shop_ids: Vec<TraceId> = by_trace(&shop).into_keys().collect();
     let roots: BTreeSet<String> =
-        shop.iter().filter(|s| s.parent_span_id.is_none()).map(|s| s.name.clone()).collect();
+        shop.iter().filter(|s| s.parent_span_id.is_none()).map(|s| s.name.to_string()).collect();
     let rules: Vec<String> = roots.iter().map(|n| format!("{n}: root.name={n}")).collect();
     let r = s.get_json(&format!(
         "/api/ui/breakdown?by=service&traces={}&rules={}",

@@ -165,9 +165,9 @@ impl Walker<'_> {
                 };
                 *i += 1;
                 let label = self.enum_label(f, v).unwrap_or_default();
-                out.0.push(KeyValue { key: key(), value: Value::Str(label) });
+                out.0.push(KeyValue { key: key().into(), value: Value::Str(label.into()) });
                 out.0.push(KeyValue {
-                    key: self.prog.value_keys[f as usize].to_string(),
+                    key: self.prog.value_keys[f as usize].to_string().into(),
                     value: Value::I64(v as i64),
                 });
             }
@@ -184,11 +184,11 @@ impl Walker<'_> {
                         _ => {}
                     }
                 }
-                out.0.push(KeyValue { key: key(), value: Value::I64(v as i64) });
+                out.0.push(KeyValue { key: key().into(), value: Value::I64(v as i64) });
             }
             _ => {
                 let v = self.value(f, vals, i);
-                out.0.push(KeyValue { key: key(), value: v });
+                out.0.push(KeyValue { key: key().into(), value: v });
             }
         }
     }
@@ -204,7 +204,7 @@ impl Walker<'_> {
                     _ => 0,
                 };
                 if int.enum_id != NONE {
-                    return Value::Str(self.enum_label(n, v).unwrap_or_default());
+                    return Value::Str(self.enum_label(n, v).unwrap_or_default().into());
                 }
                 Value::I64(v as i64)
             }
@@ -218,14 +218,14 @@ impl Walker<'_> {
             Node::Str => {
                 *i += 1;
                 match here {
-                    Some(Val::Str { off, len }) => Value::Str(self.text(off, len)),
+                    Some(Val::Str { off, len }) => Value::Str(self.text(off, len).into()),
                     _ => Value::Empty,
                 }
             }
             Node::Array { elem, text, .. } | Node::Seq { elem, text, .. } => {
                 *i += 1;
                 match here {
-                    Some(Val::Str { off, len }) if *text => Value::Str(self.text(off, len)),
+                    Some(Val::Str { off, len }) if *text => Value::Str(self.text(off, len).into()),
                     Some(Val::Len(len)) => {
                         let mut a = Vec::with_capacity(len as usize);
                         for _ in 0..len {
@@ -240,7 +240,7 @@ impl Walker<'_> {
                 let mut m = Vec::with_capacity(fields.len());
                 for f in fields.iter() {
                     let v = self.value(*f, vals, i);
-                    m.push(KeyValue { key: self.prog.names[*f as usize].to_string(), value: v });
+                    m.push(KeyValue { key: self.prog.names[*f as usize].to_string().into(), value: v });
                 }
                 Value::Map(m)
             }

@@ -143,7 +143,7 @@ impl Field {
         let bytes = slice(raw, self.offset, self.size).ok_or_else(|| self.outside(raw.len()))?;
         Ok(match self.kind {
             FieldKind::Int => Value::I64(int(bytes, self.signed).ok_or_else(|| self.outside(raw.len()))?),
-            FieldKind::Chars => Value::Str(cstr(bytes)),
+            FieldKind::Chars => Value::Str(cstr(bytes).into()),
             FieldKind::Array { len } => {
                 let es = self.size / len.max(1);
                 let mut v = Vec::with_capacity(len);
@@ -169,7 +169,7 @@ impl Field {
                         raw.len()
                     )
                 })?;
-                if chars { Value::Str(cstr(data)) } else { Value::Bytes(data.to_vec()) }
+                if chars { Value::Str(cstr(data).into()) } else { Value::Bytes(data.to_vec()) }
             }
             FieldKind::Opaque => Value::Bytes(bytes.to_vec()),
         })

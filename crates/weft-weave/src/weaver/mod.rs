@@ -355,7 +355,12 @@ fn span_event(e: &Event, detail: SpanEvents) -> SpanEvent {
             f
         }
     };
-    SpanEvent { time_ns: e.time_ns, name: e.type_name().to_owned(), attributes, ..SpanEvent::default() }
+    SpanEvent {
+        time_ns: e.time_ns,
+        name: e.type_name().to_owned().into(),
+        attributes,
+        ..SpanEvent::default()
+    }
 }
 
 /// Per-component output identity.
@@ -431,7 +436,7 @@ impl Cx<'_> {
             _ => events.iter().map(|e| span_event(e, detail)).collect(),
         };
         let span = Span {
-            name: name.unwrap_or_else(|| stype.to_owned()),
+            name: name.unwrap_or_else(|| stype.to_owned()).into(),
             kind: SpanKind::Internal,
             start_ns,
             end_ns,

@@ -431,7 +431,7 @@ fn post(agent: &ureq::Agent, url: &str, spans: &[Span]) -> anyhow::Result<()> {
 /// One event as a JSON object: times, source, component, type and every field.
 fn event_json(e: &Event) -> serde_json::Value {
     let fields: serde_json::Map<String, serde_json::Value> =
-        e.fields().iter().map(|kv| (kv.key.clone(), kv.value.to_json())).collect();
+        e.fields().iter().map(|kv| (kv.key.to_string(), kv.value.to_json())).collect();
     serde_json::json!({
         "time_ns": e.time_ns,
         "raw_time": e.raw_time,

@@ -361,7 +361,7 @@ fn write_events(path: &Path, events: &[Event]) -> anyhow::Result<()> {
     let mut w = BufWriter::new(f);
     for e in events {
         let fields: serde_json::Map<String, serde_json::Value> =
-            e.fields().iter().map(|kv| (kv.key.clone(), kv.value.to_json())).collect();
+            e.fields().iter().map(|kv| (kv.key.to_string(), kv.value.to_json())).collect();
         let line = serde_json::json!({
             "time_ns": e.time_ns,
             "raw_time": e.raw_time,

@@ -31,7 +31,7 @@ fn batch(b: u64) -> Vec<Span> {
                 trace_id: TraceId(t),
                 span_id: SpanId(((b << 20) | (i + 1)).to_be_bytes()),
                 parent_span_id: (i > 0).then(|| SpanId(((b << 20) | 1).to_be_bytes())),
-                name: format!("op-{}", i % 7),
+                name: format!("op-{}", i % 7).into(),
                 kind: if i == 0 { SpanKind::Server } else { SpanKind::Internal },
                 start_ns: start + i * 1_000,
                 end_ns: start + i * 1_000 + 500_000,

@@ -191,7 +191,7 @@ fn record_weaves_kernel_time_into_app_spans_and_agrees_with_perf() {
             && s.resource.service_name() == "kernel"
             && s.trace_id != sleep.trace_id
         {
-            *weft_counts.entry(s.name.clone()).or_default() += 1;
+            *weft_counts.entry(s.name.to_string()).or_default() += 1;
         }
     }
     for sc in ["getppid", "clock_nanosleep", "write", "openat", "close", "mmap", "munmap", "clone3"] {

@@ -13,14 +13,24 @@ use std::sync::Arc;
 use super::{PROTO, parent_from_bytes, span_id_from_bytes, split_relation, trace_id_from_bytes};
 use crate::codec::error::{CodecError, ErrorKind, Position, Sink};
 use crate::span::{Link, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
-use crate::value::{Attributes, KeyValue, Value};
+use crate::value::{Attributes, KeyValue, Str, Value};
 
 const MAX_DEPTH: u32 = 100;
 
-/// A wire error inside the `ResourceSpans` element at `base`.
-struct WireError {
+/// A wire error inside the `ResourceSpans` element at `base`: boxed, so that the decoders'
+/// `Result`s stay small (they are returned on every field).
+struct WireError(Box<WireErrorAt>);
+
+struct WireErrorAt {
     at: usize,
     msg: String,
+}
+
+impl WireError {
+    #[cold]
+    fn new(at: usize, msg: impl Into<String>) -> Self {
+        WireError(Box::new(WireErrorAt { at, msg: msg.into() }))
+    }
 }
 
 type W<T> = Result<T, WireError>;
@@ -34,13 +44,23 @@ impl<'a> Cursor<'a> {
     fn new(b: &'a [u8]) -> Self {
         Cursor { b, pos: 0 }
     }
+    #[inline]
     fn done(&self) -> bool {
         self.pos >= self.b.len()
     }
+    #[cold]
     fn err<T>(&self, msg: impl Into<String>) -> W<T> {
-        Err(WireError { at: self.pos, msg: msg.into() })
+        Err(WireError::new(self.pos, msg))
     }
+    #[inline]
     fn varint(&mut self) -> W<u64> {
+        // One-byte varints (field keys, small lengths) are most of them.
+        if let Some(&b) = self.b.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
         let start = self.pos;
         match super::wire::read_varint(self.b, &mut self.pos) {
             Some(v) => Ok(v),
@@ -51,6 +71,7 @@ impl<'a> Cursor<'a> {
         }
     }
     /// The next field's number and wire type.
+    #[inline]
     fn key(&mut self) -> W<(u32, u8)> {
         let k = self.varint()?;
         if k > u32::MAX as u64 {
@@ -62,6 +83,7 @@ impl<'a> Cursor<'a> {
         }
         Ok((field, wire))
     }
+    #[inline]
     fn bytes(&mut self) -> W<&'a [u8]> {
         let len = self.varint()?;
         if len > (self.b.len() - self.pos) as u64 {
@@ -71,6 +93,7 @@ impl<'a> Cursor<'a> {
         self.pos += len as usize;
         Ok(s)
     }
+    #[inline]
     fn fixed64(&mut self) -> W<u64> {
         match self.b.get(self.pos..self.pos + 8) {
             Some(s) => {
@@ -80,6 +103,7 @@ impl<'a> Cursor<'a> {
             None => self.err("buffer underflow (fixed64)"),
         }
     }
+    #[inline]
     fn fixed32(&mut self) -> W<u32> {
         match self.b.get(self.pos..self.pos + 4) {
             Some(s) => {
@@ -112,6 +136,7 @@ impl<'a> Cursor<'a> {
             w => self.err(format!("invalid wire type value: {w}")),
         }
     }
+    #[inline]
     fn expect(&self, field: u32, wire: u8, want: u8) -> W<()> {
         if wire == want {
             Ok(())
@@ -119,38 +144,95 @@ impl<'a> Cursor<'a> {
             self.err(format!("invalid wire type: field {field} has wire type {wire}, expected {want}"))
         }
     }
-    fn string(&mut self, field: u32, wire: u8) -> W<String> {
+    /// A string field, borrowed from the input.
+    #[inline]
+    fn str(&mut self, field: u32, wire: u8) -> W<&'a str> {
         self.expect(field, wire, 2)?;
         let at = self.pos;
         let b = self.bytes()?;
-        match std::str::from_utf8(b) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(_) => Err(WireError { at, msg: "invalid string value: data is not UTF-8 encoded".into() }),
+        match utf8(b) {
+            Ok(s) => Ok(s),
+            Err(_) => Err(WireError::new(at, "invalid string value: data is not UTF-8 encoded")),
         }
     }
+    fn string(&mut self, field: u32, wire: u8) -> W<String> {
+        self.str(field, wire).map(str::to_owned)
+    }
+    /// A string field as a [`Str`] (inline when short: no allocation).
+    #[inline]
+    fn small(&mut self, field: u32, wire: u8) -> W<Str> {
+        self.str(field, wire).map(Str::new)
+    }
+    #[inline]
     fn u32(&mut self, field: u32, wire: u8) -> W<u32> {
         self.expect(field, wire, 0)?;
         Ok(self.varint()? as u32)
     }
 }
 
+/// `b` as UTF-8 text. Keys and values are nearly always ASCII, which `is_ascii` checks a word
+/// at a time; `str::from_utf8` costs a few times more on these short strings.
+#[inline]
+fn utf8(b: &[u8]) -> Result<&str, std::str::Utf8Error> {
+    if b.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        Ok(unsafe { std::str::from_utf8_unchecked(b) })
+    } else {
+        std::str::from_utf8(b)
+    }
+}
+
+/// The usual encoding of a `KeyValue`, read without the general field loop: the key (field
+/// 1), then the value (field 2) holding one scalar — a string, bool, int or double — each
+/// length below 128. `None` for anything else (the general path decides, and names errors).
+#[inline]
+fn plain_key_value(b: &[u8]) -> Option<KeyValue> {
+    let [0x0a, klen, rest @ ..] = b else { return None };
+    let (k, rest) = rest.split_at_checked(usize::from(*klen).min(0x80))?;
+    let [0x12, vlen, v @ ..] = rest else { return None };
+    if *klen >= 0x80 || *vlen >= 0x80 || v.len() != usize::from(*vlen) {
+        return None;
+    }
+    let key = crate::value::key(utf8(k).ok()?);
+    let value = match v {
+        [0x0a, slen, s @ ..] if usize::from(*slen) == s.len() => Value::Str(Str::new(utf8(s).ok()?)),
+        [0x10, x] if *x < 0x80 => Value::Bool(*x != 0),
+        [0x18, int @ ..] => {
+            let mut pos = 0;
+            let x = super::wire::read_varint(int, &mut pos)?;
+            if pos != int.len() {
+                return None;
+            }
+            Value::I64(x as i64)
+        }
+        [0x21, f @ ..] => Value::F64(f64::from_bits(u64::from_le_bytes(f.try_into().ok()?))),
+        _ => return None,
+    };
+    Some(KeyValue { key, value })
+}
+
 /// Attributes (a repeated `KeyValue` field), merged onto `into`.
 fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
     if depth > MAX_DEPTH {
-        return Err(WireError { at: 0, msg: "recursion limit reached".into() });
+        return Err(WireError::new(0, "recursion limit reached"));
+    }
+    if let Some(kv) = plain_key_value(b) {
+        into.push(kv);
+        return Ok(());
     }
     let mut c = Cursor::new(b);
-    let mut key = String::new();
-    let mut value: Option<Value> = None;
+    // Decoded in place (a `KeyValue` is large: moving it costs more than building it).
+    into.push(KeyValue { key: Str::default(), value: Value::Empty });
+    let Some(kv) = into.last_mut() else { return Ok(()) };
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => key = c.string(f, w)?,
+            1 => kv.key = crate::value::key(c.str(f, w)?),
             2 => {
                 c.expect(f, w, 2)?;
                 let at = c.pos;
                 let body = c.bytes()?;
-                any_value(body, depth + 1, value.get_or_insert(Value::Empty)).map_err(|e| shift(e, at))?;
+                any_value(body, depth + 1, &mut kv.value).map_err(|e| shift(e, at))?;
             }
             3 => {
                 // `key_strindex` (profiles only): not carried, but it must be a varint.
@@ -160,24 +242,24 @@ fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
             _ => c.skip(f, w, depth)?,
         }
     }
-    into.push(KeyValue { key, value: value.unwrap_or(Value::Empty) });
     Ok(())
 }
 
-fn shift(e: WireError, at: usize) -> WireError {
-    WireError { at: at + e.at, msg: e.msg }
+fn shift(mut e: WireError, at: usize) -> WireError {
+    e.0.at += at;
+    e
 }
 
 /// An `AnyValue`, merged onto `v` (a repeated array / kvlist merges, anything else replaces).
 fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
     if depth > MAX_DEPTH {
-        return Err(WireError { at: 0, msg: "recursion limit reached".into() });
+        return Err(WireError::new(0, "recursion limit reached"));
     }
     let mut c = Cursor::new(b);
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => *v = Value::Str(c.string(f, w)?),
+            1 => *v = Value::Str(c.small(f, w)?),
             2 => {
                 c.expect(f, w, 0)?;
                 *v = Value::Bool(c.varint()? != 0);
@@ -195,7 +277,7 @@ fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
                 let at = c.pos;
                 let body = c.bytes()?;
                 if depth + 1 > MAX_DEPTH {
-                    return Err(WireError { at, msg: "recursion limit reached".into() });
+                    return Err(WireError::new(at, "recursion limit reached"));
                 }
                 let merge = matches!((f, &*v), (5, Value::Array(_)) | (6, Value::Map(_)));
                 if !merge {
@@ -271,7 +353,7 @@ fn entity_ref(b: &[u8]) -> W<()> {
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1..=4 => drop(c.string(f, w)?),
+            1..=4 => drop(c.str(f, w)?),
             _ => c.skip(f, w, 2)?,
         }
     }
@@ -311,7 +393,7 @@ fn event(b: &[u8]) -> W<SpanEvent> {
                 c.expect(f, w, 1)?;
                 e.time_ns = c.fixed64()?;
             }
-            2 => e.name = c.string(f, w)?,
+            2 => e.name = c.small(f, w)?,
             3 => attr(&mut c, f, w, 4, &mut e.attributes)?,
             4 => e.dropped_attributes_count = c.u32(f, w)?,
             _ => c.skip(f, w, 3)?,
@@ -371,7 +453,7 @@ fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span
                 c.expect(f, w, 2)?;
                 ids.parent = c.bytes()?;
             }
-            5 => s.name = c.string(f, w)?,
+            5 => s.name = c.small(f, w)?,
             6 => {
                 c.expect(f, w, 0)?;
                 s.kind = SpanKind::from_i32(c.varint()? as i32);
@@ -463,14 +545,14 @@ pub(crate) fn resource_spans(
     let wire = |e: WireError| {
         CodecError::new(
             PROTO,
-            if e.msg.contains("underflow") || e.msg.contains("end of group") {
+            if e.0.msg.contains("underflow") || e.0.msg.contains("end of group") {
                 ErrorKind::Truncated
             } else {
                 ErrorKind::Syntax
             },
-            format!("cannot decode ResourceSpans starting at byte {offset}: {}", e.msg),
+            format!("cannot decode ResourceSpans starting at byte {offset}: {}", e.0.msg),
         )
-        .at(Position::Offset(offset + e.at as u64))
+        .at(Position::Offset(offset + e.0.at as u64))
         .field(format!("resource_spans[{index}]"))
     };
     // Pass 1: the resource, the schema URL, where the scope spans are (fields may come in
@@ -533,4 +615,51 @@ pub(crate) fn resource_spans(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    /// `KeyValue`s as raw bytes — plain ones (the shortcut) and unusual ones (value first,
+    /// repeated fields, multi-byte lengths, unknown fields, a missing value) — decode as
+    /// prost decodes them.
+    #[test]
+    fn key_values_agree_with_prost() {
+        let long = vec![b'v'; 130];
+        let mut long_str = vec![0x0a, 0x01, b'k', 0x12, 0x85, 0x01, 0x0a, 0x82, 0x01];
+        long_str.extend_from_slice(&long);
+        let cases: Vec<Vec<u8>> = vec![
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05],
+            vec![0x0a, 0x01, b'k', 0x12, 0x03, 0x18, 0x80, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x10, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x09, 0x21, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f],
+            vec![0x0a, 0x01, b'k', 0x12, 0x03, 0x0a, 0x01, b's'],
+            vec![0x0a, 0x01, b'k', 0x12, 0x00],
+            vec![0x0a, 0x01, b'k'],
+            vec![0x12, 0x02, 0x18, 0x05, 0x0a, 0x01, b'k'],
+            vec![0x0a, 0x01, b'a', 0x0a, 0x01, b'b', 0x12, 0x02, 0x18, 0x05],
+            vec![0x0a, 0x01, b'k', 0x12, 0x04, 0x18, 0x05, 0x18, 0x06],
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05, 0x12, 0x02, 0x10, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18, 0x05, 0x28, 0x01],
+            vec![0x0a, 0x01, b'k', 0x12, 0x04, 0x0a, 0x00, 0x10, 0x01],
+            long_str,
+        ];
+        for b in cases {
+            let want = crate::codec::otlp::attrs_from_proto(vec![proto_kv(&b)]);
+            let mut got = Vec::new();
+            assert!(key_value(&b, 1, &mut got).is_ok(), "{b:x?}");
+            assert_eq!(got, want.0, "{b:x?}");
+        }
+        // Not UTF-8, a truncated value: errors, as prost's are.
+        for b in [vec![0x0a, 0x01, 0xff, 0x12, 0x02, 0x18, 0x05], vec![0x0a, 0x01, b'k', 0x12, 0x02, 0x18]] {
+            assert!(crate::codec::otlp::proto::KeyValue::decode(b.as_slice()).is_err());
+            assert!(key_value(&b, 1, &mut Vec::new()).is_err(), "{b:x?}");
+        }
+    }
+
+    fn proto_kv(b: &[u8]) -> crate::codec::otlp::proto::KeyValue {
+        crate::codec::otlp::proto::KeyValue::decode(b).unwrap()
+    }
 }

@@ -34,7 +34,7 @@ use crate::codec::jsonscan::{ArrayStream, Start, element_error};
 use crate::codec::jsonw as w;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
-use crate::value::{Attributes, KeyValue, Value};
+use crate::value::{Attributes, KeyValue, Str, Value};
 
 pub(crate) const FORMAT: &str = "OTLP JSON";
 pub(crate) const KEYS: &[&str] = &["resourceSpans", "resource_spans"];
@@ -319,7 +319,7 @@ struct JSpan<'a> {
     #[serde(default)]
     flags: Num,
     #[serde(default)]
-    name: String,
+    name: Str,
     #[serde(default)]
     kind: Enum<KindNames>,
     #[serde(default, alias = "start_time_unix_nano")]
@@ -348,7 +348,7 @@ struct JEvent {
     #[serde(default, alias = "time_unix_nano")]
     time_unix_nano: Num,
     #[serde(default)]
-    name: String,
+    name: Str,
     #[serde(default)]
     attributes: JAttrs,
     #[serde(default, alias = "dropped_attributes_count")]
@@ -579,6 +579,51 @@ impl<'de> Deserialize<'de> for JAttrs {
 
 struct JKeyValue(KeyValue);
 
+/// A string borrowed from the input when it has no escapes (serde's own `Cow<str>` always
+/// allocates): map keys and base64 text.
+struct BStr<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for BStr<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = BStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<BStr<'de>, E> {
+                Ok(BStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<BStr<'de>, E> {
+                Ok(BStr(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<BStr<'de>, E> {
+                Ok(BStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// An attribute key, through [`crate::value::key`].
+struct JKey(Str);
+
+impl<'de> Deserialize<'de> for JKey {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = JKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an attribute key (string)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<JKey, E> {
+                Ok(JKey(crate::value::key(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 impl<'de> Deserialize<'de> for JKeyValue {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -590,9 +635,9 @@ impl<'de> Deserialize<'de> for JKeyValue {
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JKeyValue, A::Error> {
                 let mut key = None;
                 let mut value = Value::Empty;
-                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
-                    match k.as_ref() {
-                        "key" => key = Some(m.next_value::<String>()?),
+                while let Some(k) = m.next_key::<BStr<'de>>()? {
+                    match k.0.as_ref() {
+                        "key" => key = Some(m.next_value::<JKey>()?.0),
                         "value" => {
                             value = m.next_value::<Option<JValue>>()?.map(|v| v.0).unwrap_or(Value::Empty)
                         }
@@ -621,10 +666,10 @@ impl<'de> Deserialize<'de> for JValue {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JValue, A::Error> {
                 let mut v = Value::Empty;
-                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
-                    v = match k.as_ref() {
+                while let Some(k) = m.next_key::<BStr<'de>>()? {
+                    v = match k.0.as_ref() {
                         "stringValue" | "string_value" => {
-                            Value::Str(m.next_value::<Option<String>>()?.unwrap_or_default())
+                            Value::Str(m.next_value::<Option<Str>>()?.unwrap_or_default())
                         }
                         "boolValue" | "bool_value" => {
                             Value::Bool(m.next_value::<Option<bool>>()?.unwrap_or_default())
@@ -636,7 +681,7 @@ impl<'de> Deserialize<'de> for JValue {
                             Value::F64(m.next_value::<Option<Double>>()?.map_or(0.0, |d| d.0))
                         }
                         "bytesValue" | "bytes_value" => {
-                            let s = m.next_value::<Option<Cow<'de, str>>>()?.unwrap_or_default();
+                            let s = m.next_value::<Option<BStr<'de>>>()?.map(|b| b.0).unwrap_or_default();
                             Value::Bytes(w::base64_decode(&s).ok_or_else(|| {
                                 de::Error::custom(format!("bytesValue is not base64: {s:?}"))
                             })?)
@@ -674,8 +719,8 @@ impl<'de> Deserialize<'de> for JArray {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JArray, A::Error> {
                 let mut values = Vec::new();
-                while let Some(k) = m.next_key::<Cow<'de, str>>()? {
-                    if k == "values" {
+                while let Some(k) = m.next_key::<BStr<'de>>()? {
+                    if k.0 == "values" {
                         values = m.next_value::<Option<ValueSeq>>()?.map(|s| s.0).unwrap_or_default();
                     } else {
                         m.next_value::<IgnoredAny>()?;

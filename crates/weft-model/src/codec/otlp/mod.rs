@@ -241,7 +241,7 @@ fn span_from_proto(s: proto::Span, resource: &Arc<Resource>, scope: &Arc<Scope>)
         parent_span_id,
         trace_state: s.trace_state,
         flags: s.flags,
-        name: s.name,
+        name: s.name.into(),
         kind: SpanKind::from_i32(s.kind),
         start_ns: s.start_time_unix_nano,
         end_ns: s.end_time_unix_nano,
@@ -252,7 +252,7 @@ fn span_from_proto(s: proto::Span, resource: &Arc<Resource>, scope: &Arc<Scope>)
             .into_iter()
             .map(|e| SpanEvent {
                 time_ns: e.time_unix_nano,
-                name: e.name,
+                name: e.name.into(),
                 attributes: attrs_from_proto(e.attributes),
                 dropped_attributes_count: e.dropped_attributes_count,
             })
@@ -291,7 +291,9 @@ pub(crate) fn link_wire_attributes(l: &Link) -> impl Iterator<Item = (&str, Opti
 
 pub(crate) fn attrs_from_proto(kvs: Vec<proto::KeyValue>) -> Attributes {
     Attributes(
-        kvs.into_iter().map(|kv| KeyValue { key: kv.key, value: value_from_proto(kv.value) }).collect(),
+        kvs.into_iter()
+            .map(|kv| KeyValue { key: kv.key.into(), value: value_from_proto(kv.value) })
+            .collect(),
     )
 }
 
@@ -299,7 +301,7 @@ pub(crate) fn value_from_proto(v: Option<proto::AnyValue>) -> Value {
     use proto::any_value::Value as V;
     match v.and_then(|v| v.value) {
         None => Value::Empty,
-        Some(V::StringValue(s)) => Value::Str(s),
+        Some(V::StringValue(s)) => Value::Str(s.into()),
         Some(V::BoolValue(b)) => Value::Bool(b),
         Some(V::IntValue(i)) => Value::I64(i),
         Some(V::DoubleValue(d)) => Value::F64(d),
@@ -363,7 +365,7 @@ fn span_to_proto(s: &Span) -> proto::Span {
         trace_state: s.trace_state.clone(),
         parent_span_id: s.parent_span_id.map(|p| p.0.to_vec()).unwrap_or_default(),
         flags: s.flags,
-        name: s.name.clone(),
+        name: s.name.to_string(),
         kind: s.kind as i32,
         start_time_unix_nano: s.start_ns,
         end_time_unix_nano: s.end_ns,
@@ -374,7 +376,7 @@ fn span_to_proto(s: &Span) -> proto::Span {
             .iter()
             .map(|e| proto::span::Event {
                 time_unix_nano: e.time_ns,
-                name: e.name.clone(),
+                name: e.name.to_string(),
                 attributes: attrs_to_proto(&e.attributes),
                 dropped_attributes_count: e.dropped_attributes_count,
             })
@@ -414,7 +416,7 @@ fn span_to_proto(s: &Span) -> proto::Span {
 pub(crate) fn attrs_to_proto(a: &Attributes) -> Vec<proto::KeyValue> {
     a.iter()
         .map(|kv| proto::KeyValue {
-            key: kv.key.clone(),
+            key: kv.key.to_string(),
             value: Some(value_to_proto(&kv.value)),
             key_strindex: 0,
         })
@@ -424,7 +426,7 @@ pub(crate) fn attrs_to_proto(a: &Attributes) -> Vec<proto::KeyValue> {
 pub(crate) fn value_to_proto(v: &Value) -> proto::AnyValue {
     use proto::any_value::Value as V;
     let value = match v {
-        Value::Str(s) => Some(V::StringValue(s.clone())),
+        Value::Str(s) => Some(V::StringValue(s.to_string())),
         Value::Bool(b) => Some(V::BoolValue(*b)),
         Value::I64(i) => Some(V::IntValue(*i)),
         Value::F64(d) => Some(V::DoubleValue(*d)),
@@ -436,7 +438,7 @@ pub(crate) fn value_to_proto(v: &Value) -> proto::AnyValue {
             values: m
                 .iter()
                 .map(|kv| proto::KeyValue {
-                    key: kv.key.clone(),
+                    key: kv.key.to_string(),
                     value: Some(value_to_proto(&kv.value)),
                     key_strindex: 0,
                 })

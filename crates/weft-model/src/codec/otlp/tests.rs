@@ -216,3 +216,59 @@ fn encodes_spec_conform_json() {
     assert_eq!(span["startTimeUnixNano"].as_str().unwrap(), spans[0].start_ns.to_string());
     assert!(text.contains("\"doubleValue\":\"NaN\""));
 }
+
+/// Strings: ASCII (the fast check), other UTF-8 of every length and at every position, and
+/// bytes that are not UTF-8, which fail the payload at the string.
+#[test]
+fn proto_strings_are_checked_utf8() {
+    let mut spans = sample::spans(1, 5);
+    for text in ["", "a", "é", "naïve café ☕ — long enough to be on the heap", "ascii then 😀", "😀"]
+    {
+        spans[0].name = text.into();
+        spans[0].attributes.set(format!("k{text}"), text);
+        let bytes = encode_proto(&spans);
+        assert_eq!(decode_proto(&bytes).unwrap(), spans, "{text}");
+    }
+    let mut req = to_request(&spans);
+    req.resource_spans[0].scope_spans[0].spans[0].name = "ok".into();
+    let mut bytes = req.encode_to_vec();
+    let at = bytes.windows(2).position(|w| w == b"ok").unwrap();
+    bytes[at + 1] = 0xff;
+    let e = decode_proto(&bytes).unwrap_err();
+    assert!(e.to_string().contains("not UTF-8"), "{e}");
+    // The offset is the string field's (its length prefix, just before the text).
+    assert!(matches!(e.position, Position::Offset(o) if o < at as u64 && o + 8 > at as u64), "{e}");
+}
+
+/// Attributes of every scalar kind and size (the decoder's shortcut for plain ones) decode as
+/// the prost path decodes them, and so do hand-made `KeyValue`s in unusual field orders.
+#[test]
+fn plain_and_unusual_attributes_agree_with_prost() {
+    let mut spans = sample::spans(1, 11);
+    let long = "x".repeat(200);
+    let values = [
+        Value::I64(0),
+        Value::I64(127),
+        Value::I64(128),
+        Value::I64(-1),
+        Value::I64(i64::MIN),
+        Value::Bool(true),
+        Value::Bool(false),
+        Value::F64(-0.5),
+        Value::Str("".into()),
+        Value::Str("é".into()),
+        Value::Str(long.as_str().into()),
+        Value::Empty,
+        Value::Bytes(vec![]),
+    ];
+    spans[0].attributes = Attributes::new();
+    for (i, v) in values.iter().enumerate() {
+        spans[0].attributes.push(format!("k{i}"), v.clone());
+    }
+    spans[0].attributes.push(long.as_str(), 1i64);
+    let bytes = encode_proto(&spans);
+    let direct = decode_proto(&bytes).unwrap();
+    let req = proto::ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap();
+    assert_eq!(direct, from_request(req).unwrap());
+    assert_eq!(direct, spans);
+}

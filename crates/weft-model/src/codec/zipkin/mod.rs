@@ -30,9 +30,10 @@ use crate::codec::error::{CodecError, ErrorKind};
 use crate::conv;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
-use crate::value::{Attributes, KeyValue, Value};
+use crate::value::{Attributes, KeyValue, Str, Value};
 
 pub mod proto;
+mod scan;
 pub mod v1;
 pub mod v2;
 
@@ -60,9 +61,9 @@ pub const LOST_EVENT_BYTES: &str = "event byte values written as base64 text";
 /// A Zipkin endpoint.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Endpoint {
-    pub service_name: Option<String>,
-    pub ipv4: Option<String>,
-    pub ipv6: Option<String>,
+    pub service_name: Option<Str>,
+    pub ipv4: Option<Str>,
+    pub ipv6: Option<Str>,
     pub port: Option<i64>,
 }
 
@@ -78,14 +79,14 @@ pub(crate) struct ZSpan {
     pub trace_id: TraceId,
     pub id: SpanId,
     pub parent_id: Option<SpanId>,
-    pub name: String,
+    pub name: Str,
     pub kind: SpanKind,
     pub timestamp: Option<u64>,
     pub duration: Option<u64>,
     pub local: Option<Endpoint>,
     pub remote: Option<Endpoint>,
-    pub annotations: Vec<(u64, String)>,
-    pub tags: Vec<(String, String)>,
+    pub annotations: Vec<(u64, Str)>,
+    pub tags: Vec<(Str, Str)>,
     pub debug: bool,
     pub shared: bool,
 }
@@ -114,29 +115,39 @@ pub(crate) fn kind_to_str(k: SpanKind) -> Option<&'static str> {
 /// input with ever-new service names only costs sharing, not memory).
 #[derive(Default)]
 pub(crate) struct Interner {
+    /// The first few services, searched before hashing (a handful is the usual case).
+    few: Vec<(Str, Arc<Resource>)>,
     resources: HashMap<String, Arc<Resource>>,
-    scopes: HashMap<(String, String), Arc<Scope>>,
+    scopes: HashMap<(Str, Str), Arc<Scope>>,
     no_service: Arc<Resource>,
     no_scope: Arc<Scope>,
 }
 
 const INTERN_LIMIT: usize = 4096;
+const FEW: usize = 8;
 
 impl Interner {
     pub(crate) fn resource(&mut self, service: Option<&str>) -> Arc<Resource> {
         let Some(name) = service else { return Arc::clone(&self.no_service) };
+        if let Some((_, r)) = self.few.iter().find(|(n, _)| n == name) {
+            return Arc::clone(r);
+        }
         if let Some(r) = self.resources.get(name) {
             return Arc::clone(r);
+        }
+        let r = Arc::new(Resource::service(name));
+        if self.few.len() < FEW {
+            self.few.push((Str::new(name), Arc::clone(&r)));
+            return r;
         }
         if self.resources.len() >= INTERN_LIMIT {
             self.resources.clear();
         }
-        let r = Arc::new(Resource::service(name));
         self.resources.insert(name.to_owned(), Arc::clone(&r));
         r
     }
 
-    pub(crate) fn scope(&mut self, name: Option<String>, version: Option<String>) -> Arc<Scope> {
+    pub(crate) fn scope(&mut self, name: Option<Str>, version: Option<Str>) -> Arc<Scope> {
         if name.is_none() && version.is_none() {
             return Arc::clone(&self.no_scope);
         }
@@ -147,7 +158,7 @@ impl Interner {
         if self.scopes.len() >= INTERN_LIMIT {
             self.scopes.clear();
         }
-        let s = Arc::new(Scope { name: key.0.clone(), version: key.1.clone(), ..Scope::default() });
+        let s = Arc::new(Scope { name: key.0.to_string(), version: key.1.to_string(), ..Scope::default() });
         self.scopes.insert(key, Arc::clone(&s));
         s
     }
@@ -158,12 +169,13 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
     let mut attributes = Attributes(Vec::with_capacity(z.tags.len() + 4));
     let mut status = Status::default();
     let mut status_code: Option<StatusCode> = None;
-    let mut description: Option<String> = None;
+    let mut description: Option<Str> = None;
     let mut scope_name = None;
     let mut scope_version = None;
     let mut library_name = None;
     let mut library_version = None;
-    let mut error: Option<String> = None;
+    let mut error: Option<Str> = None;
+    let mut endpoint_tags = false;
     for (k, v) in z.tags {
         match k.as_str() {
             conv::ERROR => error = Some(v),
@@ -175,16 +187,29 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
             conv::OTEL_SCOPE_VERSION => scope_version = Some(v),
             conv::OTEL_LIBRARY_NAME => library_name = Some(v),
             conv::OTEL_LIBRARY_VERSION => library_version = Some(v),
+            conv::LOCAL_IPV4 | conv::LOCAL_PORT | conv::PEER_SERVICE | conv::PEER_IP | conv::PEER_PORT => {
+                endpoint_tags = true;
+                attributes.0.push(KeyValue { key: k, value: Value::Str(v) })
+            }
             _ => attributes.0.push(KeyValue { key: k, value: Value::Str(v) }),
         }
     }
+    // Endpoint fields win over tags of the same name (keys stay unique); without such tags
+    // (the usual case) they are appended without looking.
+    let put = |attributes: &mut Attributes, key: &'static str, value: Value| {
+        if endpoint_tags {
+            attributes.set(key, value);
+        } else {
+            attributes.0.push(KeyValue { key: Str::const_new(key), value });
+        }
+    };
     if let Some(msg) = error {
-        status = Status { code: StatusCode::Error, message: msg };
+        status = Status { code: StatusCode::Error, message: msg.into() };
     } else if let Some(code) = status_code {
         status = Status {
             code,
             message: if code == StatusCode::Error {
-                description.take().unwrap_or_default()
+                description.take().map(String::from).unwrap_or_default()
             } else {
                 String::new()
             },
@@ -197,22 +222,21 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
     let scope = interner.scope(scope_name.or(library_name), scope_version.or(library_version));
     let local = z.local.unwrap_or_default();
     let resource = interner.resource(local.service_name.as_deref());
-    // Endpoint fields win over tags of the same name (keys stay unique).
     if let Some(ip) = local.ipv4.or(local.ipv6) {
-        attributes.set(conv::LOCAL_IPV4, ip);
+        put(&mut attributes, conv::LOCAL_IPV4, Value::Str(ip));
     }
     if let Some(p) = local.port {
-        attributes.set(conv::LOCAL_PORT, p);
+        put(&mut attributes, conv::LOCAL_PORT, Value::I64(p));
     }
     if let Some(r) = z.remote {
         if let Some(s) = r.service_name {
-            attributes.set(conv::PEER_SERVICE, s);
+            put(&mut attributes, conv::PEER_SERVICE, Value::Str(s));
         }
         if let Some(ip) = r.ipv4.or(r.ipv6) {
-            attributes.set(conv::PEER_IP, ip);
+            put(&mut attributes, conv::PEER_IP, Value::Str(ip));
         }
         if let Some(p) = r.port {
-            attributes.set(conv::PEER_PORT, p);
+            put(&mut attributes, conv::PEER_PORT, Value::I64(p));
         }
     }
     if z.shared {
@@ -242,19 +266,116 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
 
 /// An annotation value of the form `{"name":{...attributes}}` becomes an event with
 /// attributes; anything else is the event name.
-fn annotation_to_event(ts_us: u64, value: String) -> SpanEvent {
+fn annotation_to_event(ts_us: u64, value: Str) -> SpanEvent {
     let time_ns = ts_us.saturating_mul(1000);
     if value.starts_with("{\"")
         && value.ends_with("}}")
-        && let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(&value)
+        && let Ok(JsonValue(Value::Map(mut m))) = serde_json::from_str::<JsonValue>(&value)
         && m.len() == 1
-        && let Some((name, serde_json::Value::Object(attrs))) = m.into_iter().next()
+        && let Some(KeyValue { key: name, value: Value::Map(attrs) }) = m.pop()
     {
-        let attributes =
-            attrs.into_iter().map(|(k, v)| KeyValue { key: k, value: json_to_value(v) }).collect();
-        return SpanEvent { time_ns, name, attributes, dropped_attributes_count: 0 };
+        return SpanEvent { time_ns, name, attributes: Attributes(attrs), dropped_attributes_count: 0 };
     }
     SpanEvent { time_ns, name: value, attributes: Attributes::new(), dropped_attributes_count: 0 }
+}
+
+/// A JSON text decoded straight into the [`Value`] that [`json_to_value`] makes of its
+/// `serde_json::Value` (objects' keys sorted, a repeated key's last value kept), without
+/// building the `serde_json::Value` and its `String`s first.
+pub(crate) struct JsonValue(pub(crate) Value);
+
+impl<'de> serde::Deserialize<'de> for JsonValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonValueVisitor).map(JsonValue)
+    }
+}
+
+struct JsonValueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JsonValueVisitor {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::I64(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(i64::try_from(v).map_or(Value::F64(v as f64), Value::I64))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // As `serde_json::Value` does: a non-finite number is null.
+        Ok(if v.is_finite() { Value::F64(v) } else { Value::Empty })
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Str(Str::new(v)))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::Str(Str::from(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Empty)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Empty)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut a = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(JsonValue(v)) = seq.next_element()? {
+            a.push(v);
+        }
+        Ok(Value::Array(a))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut m: Vec<KeyValue> = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        while let Some(MapKey(key)) = map.next_key()? {
+            let JsonValue(value) = map.next_value()?;
+            m.push(KeyValue { key, value });
+        }
+        Ok(Value::Map(btree_order(m)))
+    }
+}
+
+/// An object's members as `serde_json::Map` (a `BTreeMap`) keeps them: sorted keys, the last
+/// of a repeated key wins. The sort is stable, so the last of each run of equal keys is the
+/// last in the text.
+fn btree_order(m: Vec<KeyValue>) -> Vec<KeyValue> {
+    if m.is_sorted_by(|a, b| a.key < b.key) {
+        return m;
+    }
+    let mut m = m;
+    m.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut out: Vec<KeyValue> = Vec::with_capacity(m.len());
+    for kv in m {
+        match out.last_mut() {
+            Some(last) if last.key == kv.key => *last = kv,
+            _ => out.push(kv),
+        }
+    }
+    out
+}
+
+/// An object key or tag key, through [`crate::value::key`] (borrowed from the input when it
+/// has no escapes; well-known long keys without allocating).
+pub(crate) struct MapKey(pub(crate) Str);
+
+impl<'de> serde::Deserialize<'de> for MapKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = MapKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a key (string)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MapKey, E> {
+                Ok(MapKey(crate::value::key(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 /// A JSON value as an attribute value (integers that fit stay integers).
@@ -266,11 +387,11 @@ pub(crate) fn json_to_value(v: serde_json::Value) -> Value {
             Some(i) => Value::I64(i),
             None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
         },
-        serde_json::Value::String(s) => Value::Str(s),
+        serde_json::Value::String(s) => Value::Str(s.into()),
         serde_json::Value::Array(a) => Value::Array(a.into_iter().map(json_to_value).collect()),
-        serde_json::Value::Object(m) => {
-            Value::Map(m.into_iter().map(|(k, v)| KeyValue { key: k, value: json_to_value(v) }).collect())
-        }
+        serde_json::Value::Object(m) => Value::Map(
+            m.into_iter().map(|(k, v)| KeyValue { key: k.into(), value: json_to_value(v) }).collect(),
+        ),
     }
 }
 
@@ -278,7 +399,7 @@ pub(crate) fn json_to_value(v: serde_json::Value) -> Value {
 fn value_to_json(v: &Value, losses: &mut Losses) -> serde_json::Value {
     use base64::Engine;
     match v {
-        Value::Str(s) => serde_json::Value::String(s.clone()),
+        Value::Str(s) => serde_json::Value::String(s.to_string()),
         Value::Bool(b) => serde_json::Value::Bool(*b),
         Value::I64(i) => serde_json::Value::from(*i),
         Value::F64(f) => serde_json::Number::from_f64(*f)
@@ -290,17 +411,18 @@ fn value_to_json(v: &Value, losses: &mut Losses) -> serde_json::Value {
         }
         Value::Array(a) => serde_json::Value::Array(a.iter().map(|v| value_to_json(v, losses)).collect()),
         Value::Map(m) => serde_json::Value::Object(
-            m.iter().map(|kv| (kv.key.clone(), value_to_json(&kv.value, losses))).collect(),
+            m.iter().map(|kv| (kv.key.to_string(), value_to_json(&kv.value, losses))).collect(),
         ),
         Value::Empty => serde_json::Value::Null,
     }
 }
 
-fn attr_text(v: &Value, losses: &mut Losses) -> String {
-    if !matches!(v, Value::Str(_)) {
-        losses.add(LOST_STRINGIFIED, 1);
+fn attr_text(v: &Value, losses: &mut Losses) -> Str {
+    if let Value::Str(s) = v {
+        return s.clone();
     }
-    v.to_string()
+    losses.add(LOST_STRINGIFIED, 1);
+    compact_str::ToCompactString::to_compact_string(v)
 }
 
 /// A port number (1–65535) as an endpoint carries it; anything else stays a tag.
@@ -323,7 +445,7 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
     let mut local = Endpoint::default();
     let svc = s.resource.service_name();
     if !svc.is_empty() {
-        local.service_name = Some(svc.to_owned());
+        local.service_name = Some(svc.into());
     }
     losses.add(
         LOST_RESOURCE_ATTRS,
@@ -343,15 +465,15 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
         let v = &kv.value;
         match kv.key.as_str() {
             conv::LOCAL_IPV4 if local.ipv4.is_none() && local.ipv6.is_none() && ip_of(v).is_some() => {
-                let ip = v.as_str().unwrap_or_default().to_owned();
+                let ip = Str::from(v.as_str().unwrap_or_default());
                 if ip.contains(':') { local.ipv6 = Some(ip) } else { local.ipv4 = Some(ip) }
             }
             conv::LOCAL_PORT if local.port.is_none() && port_of(v).is_some() => local.port = port_of(v),
             conv::PEER_SERVICE if remote.service_name.is_none() && v.as_str().is_some() => {
-                remote.service_name = v.as_str().map(str::to_owned)
+                remote.service_name = v.as_str().map(Str::from)
             }
             conv::PEER_IP if remote.ipv4.is_none() && remote.ipv6.is_none() && ip_of(v).is_some() => {
-                let ip = v.as_str().unwrap_or_default().to_owned();
+                let ip = Str::from(v.as_str().unwrap_or_default());
                 if ip.contains(':') { remote.ipv6 = Some(ip) } else { remote.ipv4 = Some(ip) }
             }
             conv::PEER_PORT if remote.port.is_none() && port_of(v).is_some() => remote.port = port_of(v),
@@ -362,14 +484,14 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
     }
     match s.status.code {
         StatusCode::Unset => {}
-        StatusCode::Ok => tags.push((conv::OTEL_STATUS_CODE.to_owned(), "OK".to_owned())),
-        StatusCode::Error => tags.push((conv::ERROR.to_owned(), s.status.message.clone())),
+        StatusCode::Ok => tags.push((Str::const_new(conv::OTEL_STATUS_CODE), Str::const_new("OK"))),
+        StatusCode::Error => tags.push((Str::const_new(conv::ERROR), Str::from(s.status.message.as_str()))),
     }
     if !s.scope.name.is_empty() {
-        tags.push((conv::OTEL_SCOPE_NAME.to_owned(), s.scope.name.clone()));
+        tags.push((Str::const_new(conv::OTEL_SCOPE_NAME), Str::from(s.scope.name.as_str())));
     }
     if !s.scope.version.is_empty() {
-        tags.push((conv::OTEL_SCOPE_VERSION.to_owned(), s.scope.version.clone()));
+        tags.push((Str::const_new(conv::OTEL_SCOPE_VERSION), Str::from(s.scope.version.as_str())));
     }
     let (timestamp, duration) = micros(s.start_ns, s.end_ns);
     if !s.start_ns.is_multiple_of(1000)
@@ -388,11 +510,11 @@ pub(crate) fn from_span(s: &Span, losses: &mut Losses) -> ZSpan {
                 let attrs: serde_json::Map<String, serde_json::Value> = e
                     .attributes
                     .iter()
-                    .map(|kv| (kv.key.clone(), value_to_json(&kv.value, losses)))
+                    .map(|kv| (kv.key.to_string(), value_to_json(&kv.value, losses)))
                     .collect();
                 let mut m = serde_json::Map::new();
-                m.insert(e.name.clone(), serde_json::Value::Object(attrs));
-                serde_json::Value::Object(m).to_string()
+                m.insert(e.name.to_string(), serde_json::Value::Object(attrs));
+                Str::from(serde_json::Value::Object(m).to_string())
             };
             (e.time_ns / 1000, value)
         })

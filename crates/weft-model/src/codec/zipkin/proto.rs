@@ -189,7 +189,7 @@ fn into_zipkin(p: ProtoSpan) -> Result<ZSpan, CodecError> {
         trace_id,
         id,
         parent_id,
-        name: p.name,
+        name: p.name.into(),
         kind,
         timestamp: (p.timestamp != 0).then_some(p.timestamp),
         duration: (p.duration != 0).then_some(p.duration),
@@ -203,8 +203,8 @@ fn into_zipkin(p: ProtoSpan) -> Result<ZSpan, CodecError> {
             .map(endpoint_from_proto)
             .transpose()
             .map_err(|e| e.within("remote_endpoint"))?,
-        annotations: p.annotations.into_iter().map(|a| (a.timestamp, a.value)).collect(),
-        tags: p.tags.into_iter().collect(),
+        annotations: p.annotations.into_iter().map(|a| (a.timestamp, a.value.into())).collect(),
+        tags: p.tags.into_iter().map(|(k, v)| (crate::value::key(&k), v.into())).collect(),
         debug: p.debug,
         shared: p.shared,
     })
@@ -213,7 +213,10 @@ fn into_zipkin(p: ProtoSpan) -> Result<ZSpan, CodecError> {
 fn endpoint_from_proto(e: ProtoEndpoint) -> Result<Endpoint, CodecError> {
     let ipv4 = match e.ipv4.len() {
         0 => None,
-        4 => Some(Ipv4Addr::new(e.ipv4[0], e.ipv4[1], e.ipv4[2], e.ipv4[3]).to_string()),
+        4 => Some(compact_str::format_compact!(
+            "{}",
+            Ipv4Addr::new(e.ipv4[0], e.ipv4[1], e.ipv4[2], e.ipv4[3])
+        )),
         n => {
             return Err(CodecError::new(
                 FORMAT,
@@ -225,7 +228,7 @@ fn endpoint_from_proto(e: ProtoEndpoint) -> Result<Endpoint, CodecError> {
     };
     let ipv6 = match <[u8; 16]>::try_from(e.ipv6.as_slice()) {
         _ if e.ipv6.is_empty() => None,
-        Ok(b) => Some(Ipv6Addr::from(b).to_string()),
+        Ok(b) => Some(compact_str::format_compact!("{}", Ipv6Addr::from(b))),
         Err(_) => {
             return Err(CodecError::new(
                 FORMAT,
@@ -236,7 +239,7 @@ fn endpoint_from_proto(e: ProtoEndpoint) -> Result<Endpoint, CodecError> {
         }
     };
     Ok(Endpoint {
-        service_name: (!e.service_name.is_empty()).then_some(e.service_name),
+        service_name: (!e.service_name.is_empty()).then(|| e.service_name.into()),
         ipv4,
         ipv6,
         port: (e.port != 0).then_some(e.port as i64),
@@ -271,7 +274,7 @@ pub(crate) fn to_proto(s: &Span, losses: &mut Losses) -> ProtoSpan {
             SpanKind::Consumer => 4,
             SpanKind::Unspecified | SpanKind::Internal => 0,
         },
-        name: z.name,
+        name: z.name.into(),
         timestamp: z.timestamp.unwrap_or(0),
         duration: z.duration.unwrap_or(0),
         local_endpoint: z.local.map(|e| endpoint_to_proto(e, losses)),
@@ -279,9 +282,9 @@ pub(crate) fn to_proto(s: &Span, losses: &mut Losses) -> ProtoSpan {
         annotations: z
             .annotations
             .into_iter()
-            .map(|(timestamp, value)| ProtoAnnotation { timestamp, value })
+            .map(|(timestamp, value)| ProtoAnnotation { timestamp, value: value.into() })
             .collect(),
-        tags: z.tags.into_iter().collect(),
+        tags: z.tags.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
         debug: z.debug,
         shared: z.shared,
     }
@@ -303,7 +306,7 @@ fn endpoint_to_proto(e: Endpoint, losses: &mut Losses) -> ProtoEndpoint {
         ip
     });
     ProtoEndpoint {
-        service_name: e.service_name.unwrap_or_default(),
+        service_name: e.service_name.map(String::from).unwrap_or_default(),
         ipv4: ipv4.map(|ip| ip.octets().to_vec()).unwrap_or_default(),
         ipv6: ipv6.map(|ip| ip.octets().to_vec()).unwrap_or_default(),
         port: e.port.and_then(|p| i32::try_from(p).ok()).unwrap_or(0),

@@ -69,7 +69,7 @@ fn sample_spans_survive_zipkin_within_its_limits() {
             s.attributes = s
                 .attributes
                 .iter()
-                .map(|kv| KeyValue::new(kv.key.clone(), Value::Str(kv.value.to_string())))
+                .map(|kv| KeyValue::new(kv.key.clone(), Value::Str(kv.value.to_string().into())))
                 .collect();
             s.links.clear();
             s.flags = 0;
@@ -258,4 +258,132 @@ fn endpoint_fields_beat_tags_and_non_addresses_stay_tags() {
     let back = decode_v2_proto(&encode_v2_proto_with(&[s], &mut losses)).unwrap();
     assert_eq!(back[0].attributes.get_str(conv::PEER_IP), Some("not-an-ip"));
     assert_eq!(losses.get(proto::LOST_BAD_IP), 0);
+}
+
+/// Annotation values that carry event attributes are decoded straight into weft values: the
+/// same values `json_to_value` makes of a `serde_json::Value` (sorted keys, last repeated key
+/// wins, big integers as floats, nesting).
+#[test]
+fn json_values_decode_as_through_serde_json_value() {
+    for text in [
+        r#"{"b":1,"a":"x","c":[1,2.5,"s",null,true,{"z":1,"y":2}]}"#,
+        r#"{"k":1,"k":2,"a":{"k":"first","k":"second"}}"#,
+        r#"{"big":18446744073709551615,"neg":-9223372036854775808,"f":1e300,"e":"\u00e9\"q"}"#,
+        r#"[{"x":{}},[],"",0,-0.0]"#,
+        r#"{"very.long.attribute.key.beyond.inline":"and a value longer than twenty-four bytes"}"#,
+    ] {
+        let direct = serde_json::from_str::<JsonValue>(text).unwrap().0;
+        let via = json_to_value(serde_json::from_str::<serde_json::Value>(text).unwrap());
+        assert_eq!(direct, via, "{text}");
+    }
+    assert!(serde_json::from_str::<JsonValue>(r#"{"a":1"#).is_err());
+    // An event: one key whose value is an object; anything else is the event's name.
+    let e = annotation_to_event(2, r#"{"sent":{"id":1,"b":"x","id":2}}"#.into());
+    assert_eq!((e.time_ns, e.name.as_str()), (2000, "sent"));
+    assert_eq!(e.attributes.0, vec![KeyValue::new("b", "x"), KeyValue::new("id", 2i64)]);
+    for plain in [r#"{"a":{},"b":{}}"#, r#"{"a":1}}"#, r#"{"a":[1]}}"#, "wr"] {
+        let e = annotation_to_event(1, plain.into());
+        assert_eq!((e.name.as_str(), e.attributes.len()), (plain, 0), "{plain}");
+    }
+}
+
+/// The hand-written scanner (the fast path) answers what serde's path answers, or leaves the
+/// input to it: on weft's own output with awkward strings, on hand-written variants, and on
+/// every truncation and many one-byte corruptions of a small document.
+#[test]
+fn scanner_agrees_with_serde() {
+    let serde_only = |b: &[u8]| v2::decode_fast(b);
+    let mut spans = sample::spans(200, 9);
+    let bytes = encode_v2_json(&spans);
+    assert_eq!(scan::decode(&bytes), serde_only(&bytes));
+    assert!(scan::decode(&bytes).is_some(), "weft's own output takes the fast path");
+    for (i, text) in
+        ["\"quoted\" \\ / é 😀", "tab\tnew\nline\r", "\u{1}\u{1f}", "\u{7f}", ""].into_iter().enumerate()
+    {
+        spans[i].name = text.into();
+        spans[i].attributes.set(format!("k{text}"), text);
+        spans[i].events[0].name = text.into();
+        let bytes = encode_v2_json(&spans);
+        let fast = scan::decode(&bytes);
+        // Control characters are written as `\u` escapes, which the scanner leaves to serde
+        // (and the strings stay in the spans from then on).
+        assert_eq!(fast.is_some(), i < 2, "{text:?}");
+        assert!(fast.is_none() || fast == serde_only(&bytes), "{text:?}");
+        assert_eq!(decode_v2_json(&bytes).unwrap(), serde_only(&bytes).unwrap());
+    }
+    for doc in [
+        V2_EXAMPLE,
+        "[]",
+        " [ ] ",
+        "[{}]",
+        r#"[{"traceId":"1","id":"2"}]"#,
+        r#"[ { "traceId" : "1" , "id" : "2" , "tags" : { } , "annotations" : [ ] } ] "#,
+        r#"[{"traceId":"1","id":"2","name":null}]"#,
+        r#"[{"traceId":"1","id":"2","id":"3"}]"#,
+        r#"[{"traceId":"1","id":"2","other":1}]"#,
+        r#"[{"traceId":"1","id":"2","timestamp":1.0,"duration":-1}]"#,
+        r#"[{"traceId":"1","id":"2","timestamp":01}]"#,
+        r#"[{"traceId":"1","id":"2","tags":{"a":"\u0041"}}]"#,
+        r#"[{"traceId":"1","id":"2","localEndpoint":{"port":99999999999999999999}}]"#,
+        r#"[{"traceId":"0","id":"2"}]"#,
+        r#"[{"traceId":"1","id":"2","kind":"NOPE"}]"#,
+        r#"[{"traceId":"1","id":"2","debug":true,"shared":false}] x"#,
+        "[{\"traceId\":\"1\",\"id\":\"2\",\"name\":\"\u{e9}\"}]",
+    ] {
+        let fast = scan::decode(doc.as_bytes());
+        assert!(fast.is_none() || fast == serde_only(doc.as_bytes()), "{doc}");
+    }
+    let small = encode_v2_json(&sample::spans(3, 2));
+    for cut in 0..small.len() {
+        let fast = scan::decode(&small[..cut]);
+        assert!(fast.is_none() || fast == serde_only(&small[..cut]), "cut at {cut}");
+    }
+    for at in 0..small.len() {
+        for byte in [b'"', b'\\', b'{', b'}', b',', b'0', b' ', 0x01, 0xff] {
+            let mut m = small.clone();
+            m[at] = byte;
+            let fast = scan::decode(&m);
+            assert!(fast.is_none() || fast == serde_only(&m), "{byte:#x} at {at}");
+        }
+    }
+}
+
+#[test]
+fn find_special_is_exact() {
+    let naive = |b: &[u8], from: usize| {
+        let end = (from..b.len()).find(|&i| matches!(b[i], b'"' | b'\\' | 0..=0x1f))?;
+        Some((end, b[from..end].iter().any(|&c| c >= 0x80)))
+    };
+    let mut rng = sample::Rng::new(3);
+    let alphabet = [b'a', b'"', b'\\', 0, 0x1f, 0x20, 0x21, 0x5b, 0x5d, 0x7f, 0x80, 0xc3, 0xa9, 0xff];
+    for _ in 0..20_000 {
+        let len = rng.below(24) as usize;
+        let v: Vec<u8> =
+            (0..len)
+                .map(|_| {
+                    if rng.below(4) == 0 { alphabet[rng.below(alphabet.len() as u64) as usize] } else { b'x' }
+                })
+                .collect();
+        let from = rng.below(len as u64 + 1) as usize;
+        assert_eq!(scan::find_special(&v, from), naive(&v, from), "{v:?} from {from}");
+    }
+}
+
+/// Spans of one service share one resource, with a few services (searched) and with many
+/// (hashed).
+#[test]
+fn resources_are_shared_per_service() {
+    let mut spans = sample::spans(200, 4);
+    for (i, s) in spans.iter_mut().enumerate() {
+        s.resource = std::sync::Arc::new(Resource::service(format!("svc{}", i % 20)));
+    }
+    let back = decode_v2_json(&encode_v2_json(&spans)).unwrap();
+    for (i, s) in back.iter().enumerate() {
+        assert_eq!(s.service_name(), format!("svc{}", i % 20));
+        let first = &back[i % 20];
+        assert!(std::sync::Arc::ptr_eq(&s.resource, &first.resource), "span {i}");
+    }
+    let distinct: std::collections::HashSet<*const Resource> =
+        back.iter().map(|s| std::sync::Arc::as_ptr(&s.resource)).collect();
+    assert_eq!(distinct.len(), 20);
 }

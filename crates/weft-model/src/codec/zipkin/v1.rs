@@ -36,7 +36,7 @@ use crate::codec::jsonscan::{ArrayStream, element_error};
 use crate::codec::otlp::json::Num;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Span, SpanKind};
-use crate::value::Value;
+use crate::value::{Str, Value};
 
 pub(crate) const FORMAT: &str = "Zipkin v1 JSON";
 const EXPECTED: &str = "a Zipkin v1 JSON array of spans ('[')";
@@ -159,9 +159,9 @@ struct JEndpoint {
 impl JEndpoint {
     fn endpoint(&self) -> Endpoint {
         Endpoint {
-            service_name: self.service_name.clone().filter(|s| !s.is_empty()),
-            ipv4: self.ipv4.as_ref().map(|i| i.0.clone()).filter(|s| !s.is_empty()),
-            ipv6: self.ipv6.clone().filter(|s| !s.is_empty()),
+            service_name: self.service_name.as_deref().filter(|s| !s.is_empty()).map(Str::from),
+            ipv4: self.ipv4.as_ref().map(|i| i.0.as_str()).filter(|s| !s.is_empty()).map(Str::from),
+            ipv6: self.ipv6.as_deref().filter(|s| !s.is_empty()).map(Str::from),
             port: self.port.filter(|p| *p != 0),
         }
     }
@@ -256,9 +256,9 @@ struct Side {
     end: Option<u64>,
     endpoint: Option<JEndpoint>,
     remote: Option<Endpoint>,
-    annotations: Vec<(u64, String)>,
-    tags: Vec<(String, String)>,
-    typed: Vec<(String, Value)>,
+    annotations: Vec<(u64, Str)>,
+    tags: Vec<(Str, Str)>,
+    typed: Vec<(Str, Value)>,
 }
 
 impl Side {
@@ -368,10 +368,10 @@ fn convert(j: JSpan<'_>, interner: &mut Interner) -> Result<Vec<Span>, CodecErro
     for a in &annotations {
         let i = side_of(&sides, a.endpoint.as_ref().and_then(JEndpoint::service));
         let ts = a.timestamp.map_or(0, |n| n.0);
-        sides[i].annotations.push((ts, a.value.clone().unwrap_or_default()));
+        sides[i].annotations.push((ts, a.value.as_deref().map(Str::from).unwrap_or_default()));
     }
     for b in &binaries {
-        let key = b.key.clone().unwrap_or_default();
+        let key = b.key.as_deref().map(crate::value::key).unwrap_or_default();
         let ep = b.endpoint.as_ref().map(JEndpoint::endpoint);
         let is_true = matches!(b.value, Some(serde_json::Value::Bool(true)))
             || matches!(&b.value, Some(serde_json::Value::String(s)) if s == "true");
@@ -398,7 +398,7 @@ fn convert(j: JSpan<'_>, interner: &mut Interner) -> Result<Vec<Span>, CodecErro
         })?;
         let text = match &value {
             Value::Str(s) => s.clone(),
-            v => v.to_string(),
+            v => compact_str::ToCompactString::to_compact_string(v),
         };
         if !matches!(value, Value::Str(_)) {
             sides[i].typed.push((key.clone(), value));
@@ -416,7 +416,7 @@ fn convert(j: JSpan<'_>, interner: &mut Interner) -> Result<Vec<Span>, CodecErro
             trace_id: trace,
             id,
             parent_id: parent,
-            name: j.name.clone().unwrap_or_default(),
+            name: j.name.as_deref().map(Str::from).unwrap_or_default(),
             kind: side.kind,
             timestamp: start,
             duration: match (start, end) {
@@ -459,13 +459,13 @@ fn binary_value(v: Option<serde_json::Value>, kind: Option<&str>) -> Result<Valu
         ("BYTES", J::String(s)) => {
             Value::Bytes(crate::codec::jsonw::base64_decode(&s).ok_or(format!("{s:?} is not base64"))?)
         }
-        (_, J::String(s)) => Value::Str(s),
+        (_, J::String(s)) => Value::Str(s.into()),
         (_, J::Bool(b)) => Value::Bool(b),
         (_, J::Number(n)) => match n.as_i64() {
             Some(i) => Value::I64(i),
             None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
         },
-        (_, J::Null) => Value::Str(String::new()),
-        (_, other) => Value::Str(other.to_string()),
+        (_, J::Null) => Value::Str(Str::default()),
+        (_, other) => Value::Str(other.to_string().into()),
     })
 }

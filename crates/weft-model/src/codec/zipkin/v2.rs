@@ -15,13 +15,14 @@ use crate::codec::jsonscan::{ArrayStream, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
 use crate::span::{Span, SpanKind};
+use crate::value::Str;
 
 pub(crate) const FORMAT: &str = "Zipkin v2 JSON";
 const EXPECTED: &str = "a Zipkin JSON array of spans ('[')";
 
 /// Decodes Zipkin v2 JSON; fails on the first span it cannot accept.
 pub fn decode_v2_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
-    if let Some(spans) = decode_fast(bytes) {
+    if let Some(spans) = super::scan::decode(bytes).or_else(|| decode_fast(bytes)) {
         return Ok(spans);
     }
     let mut r = V2JsonReader::new(bytes);
@@ -34,7 +35,7 @@ pub fn decode_v2_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
 /// Decodes Zipkin v2 JSON, skipping (and counting) spans it cannot accept — invalid ids, or
 /// a span object that does not decode — as long as the array itself is well-formed.
 pub fn decode_v2_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
-    if let Some(spans) = decode_fast(bytes) {
+    if let Some(spans) = super::scan::decode(bytes).or_else(|| decode_fast(bytes)) {
         return Ok((spans, Rejected::default()));
     }
     let mut r = V2JsonReader::new(bytes);
@@ -44,11 +45,11 @@ pub fn decode_v2_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), Cod
     Ok((out, rejected))
 }
 
-/// The fast path for a whole document in memory that is one well-formed array of valid spans
+/// The serde path for a whole document in memory (after [`super::scan`], the fastest) that is one well-formed array of valid spans
 /// (the common case): a single serde pass, no element scanning and copying. `None` for
 /// anything else — several arrays, a bad span, malformed JSON — which the element-by-element
 /// reader then decodes, with its positions in errors and its lenient skipping.
-fn decode_fast(bytes: &[u8]) -> Option<Vec<Span>> {
+pub(crate) fn decode_fast(bytes: &[u8]) -> Option<Vec<Span>> {
     struct Spans;
     impl<'de> Visitor<'de> for Spans {
         type Value = Vec<Span>;
@@ -115,10 +116,14 @@ impl<R: BufRead> V2JsonReader<R> {
         let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
             return Ok(false);
         };
-        let prefix = format!("[{index}]");
-        let result = match serde_json::from_slice::<JSpan<'_>>(&self.buf) {
-            Ok(j) => j.into_zipkin().map_err(|e| e.within(&prefix).at(start.position())),
-            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+        // The scanner takes the usual span; serde anything else (and names what is wrong).
+        let parsed = match super::scan::element(&self.buf) {
+            Some(j) => Ok(j),
+            None => serde_json::from_slice::<JSpan<'_>>(&self.buf),
+        };
+        let result = match parsed {
+            Ok(j) => j.into_zipkin().map_err(|e| e.within(&format!("[{index}]")).at(start.position())),
+            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, &self.buf, start, &format!("[{index}]"))),
         };
         match result {
             Ok(z) => out.push(super::to_span(z, &mut self.interner)),
@@ -128,39 +133,39 @@ impl<R: BufRead> V2JsonReader<R> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct JSpan<'a> {
+pub(crate) struct JSpan<'a> {
     #[serde(default, borrow)]
-    trace_id: Option<Cow<'a, str>>,
+    pub(crate) trace_id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    pub(crate) id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    parent_id: Option<Cow<'a, str>>,
+    pub(crate) parent_id: Option<Cow<'a, str>>,
     #[serde(default)]
-    name: Option<String>,
+    pub(crate) name: Option<Str>,
     #[serde(default, borrow)]
-    kind: Option<Cow<'a, str>>,
+    pub(crate) kind: Option<Cow<'a, str>>,
     #[serde(default)]
-    timestamp: Option<Num>,
+    pub(crate) timestamp: Option<Num>,
     #[serde(default)]
-    duration: Option<Num>,
+    pub(crate) duration: Option<Num>,
     #[serde(default)]
-    local_endpoint: Option<JEndpoint>,
+    pub(crate) local_endpoint: Option<JEndpoint>,
     #[serde(default)]
-    remote_endpoint: Option<JEndpoint>,
+    pub(crate) remote_endpoint: Option<JEndpoint>,
     #[serde(default)]
-    annotations: Option<Vec<JAnnotation>>,
+    pub(crate) annotations: Option<Vec<JAnnotation>>,
     #[serde(default)]
-    tags: Option<Tags>,
+    pub(crate) tags: Option<Tags>,
     #[serde(default)]
-    debug: Option<bool>,
+    pub(crate) debug: Option<bool>,
     #[serde(default)]
-    shared: Option<bool>,
+    pub(crate) shared: Option<bool>,
 }
 
 impl JSpan<'_> {
-    fn into_zipkin(self) -> Result<ZSpan, CodecError> {
+    pub(crate) fn into_zipkin(self) -> Result<ZSpan, CodecError> {
         let kind = match self.kind.as_deref() {
             None => SpanKind::Unspecified,
             Some(k) => super::kind_from_str(k).ok_or_else(|| {
@@ -190,17 +195,17 @@ impl JSpan<'_> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct JEndpoint {
     #[serde(default)]
-    service_name: Option<String>,
+    pub(crate) service_name: Option<Str>,
     #[serde(default)]
-    ipv4: Option<String>,
+    pub(crate) ipv4: Option<Str>,
     #[serde(default)]
-    ipv6: Option<String>,
+    pub(crate) ipv6: Option<Str>,
     #[serde(default)]
-    port: Option<i64>,
+    pub(crate) port: Option<i64>,
 }
 
 impl JEndpoint {
@@ -215,16 +220,16 @@ impl JEndpoint {
 }
 
 #[derive(Deserialize)]
-struct JAnnotation {
+pub(crate) struct JAnnotation {
     #[serde(default)]
-    timestamp: Option<Num>,
+    pub(crate) timestamp: Option<Num>,
     #[serde(default)]
-    value: Option<String>,
+    pub(crate) value: Option<Str>,
 }
 
 /// The `tags` object in document order; non-string values (which some producers send) are
 /// kept as their JSON text.
-struct Tags(Vec<(String, String)>);
+pub(crate) struct Tags(pub(crate) Vec<(Str, Str)>);
 
 impl<'de> Deserialize<'de> for Tags {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -236,9 +241,9 @@ impl<'de> Deserialize<'de> for Tags {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Tags, A::Error> {
                 let mut out = Vec::with_capacity(m.size_hint().unwrap_or(8));
-                while let Some(k) = m.next_key::<String>()? {
+                while let Some(k) = m.next_key::<super::MapKey>()? {
                     let v = m.next_value::<TagValue>()?;
-                    out.push((k, v.0));
+                    out.push((k.0, v.0));
                 }
                 Ok(Tags(out))
             }
@@ -247,7 +252,7 @@ impl<'de> Deserialize<'de> for Tags {
     }
 }
 
-struct TagValue(String);
+struct TagValue(Str);
 
 impl<'de> Deserialize<'de> for TagValue {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -258,25 +263,25 @@ impl<'de> Deserialize<'de> for TagValue {
                 f.write_str("a tag value (string)")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_owned()))
+                Ok(TagValue(Str::new(v)))
             }
             fn visit_string<E: de::Error>(self, v: String) -> Result<TagValue, E> {
-                Ok(TagValue(v))
+                Ok(TagValue(Str::from(v)))
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(Str::const_new(if v { "true" } else { "false" })))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(compact_str::format_compact!("{v}")))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(compact_str::format_compact!("{v}")))
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<TagValue, E> {
-                Ok(TagValue(v.to_string()))
+                Ok(TagValue(compact_str::format_compact!("{v}")))
             }
             fn visit_unit<E: de::Error>(self) -> Result<TagValue, E> {
-                Ok(TagValue(String::new()))
+                Ok(TagValue(Str::default()))
             }
         }
         d.deserialize_any(V)

@@ -301,7 +301,7 @@ fn member(key: &str, v: &Bt, out: &mut Vec<(String, Value)>) {
         Bt::Struct(_) => flatten(&format!("{key}."), v, out),
         Bt::Variant(inner) => member(key, inner, out),
         Bt::Enum { labels, value } => {
-            out.push((key.to_owned(), Value::Str(labels.join(","))));
+            out.push((key.to_owned(), Value::Str(labels.join(",").into())));
             out.push((format!("{key}.value"), Value::I64(*value as i64)));
         }
         other => out.push((key.to_owned(), value(other))),
@@ -316,13 +316,13 @@ fn value(v: &Bt) -> Value {
         Bt::Int(i) => Value::I64(*i as u64 as i64),
         Bt::Hex(h) => Value::Map(vec![weft_model::KeyValue::new(HEX, Value::I64(*h as u64 as i64))]),
         Bt::Float(f) => Value::F64(*f),
-        Bt::Str(s) => Value::Str(s.clone()),
+        Bt::Str(s) => Value::Str(s.clone().into()),
         Bt::Array(a) => Value::Array(a.iter().map(value).collect()),
         Bt::Struct(f) => {
             Value::Map(f.iter().map(|(k, v)| weft_model::KeyValue::new(k.clone(), value(v))).collect())
         }
         Bt::Variant(inner) => value(inner),
-        Bt::Enum { labels, .. } => Value::Str(labels.join(",")),
+        Bt::Enum { labels, .. } => Value::Str(labels.join(",").into()),
     }
 }
 
@@ -389,7 +389,7 @@ pub fn compare(weft: &[Event], bt: &[BtEvent], ts_ns: bool) -> Comparison {
             (
                 ts,
                 t.name.to_string(),
-                t.fields.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect(),
+                t.fields.iter().map(|kv| (kv.key.to_string(), kv.value.clone())).collect(),
                 t.cpu,
                 Vec::new(),
             )
@@ -449,7 +449,7 @@ pub fn compare(weft: &[Event], bt: &[BtEvent], ts_ns: bool) -> Comparison {
         for (j, ((wk, wv), (bk, bv))) in we.2.iter().zip(&be.2).enumerate() {
             c.fields += 1;
             if wk == bk
-                && *wv == Value::Str(String::new())
+                && *wv == Value::Str(String::new().into())
                 && matches!(bv, Value::Str(s) if !s.is_empty())
                 && be.4.get(j) == Some(&true)
             {
