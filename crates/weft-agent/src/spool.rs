@@ -277,7 +277,10 @@ impl Spool {
         }
         ids.retain(|&id| id >= read_chunk);
         if ids.first() != Some(&read_chunk) {
-            read_chunk = ids.first().copied().unwrap_or(0);
+            // The cursor's chunk is gone (fully acknowledged): read from the next one. With
+            // none left, keep its id, so the next chunk gets a higher one — a reused id would
+            // let the old cursor offset skip the new chunk's records.
+            read_chunk = ids.first().copied().unwrap_or(read_chunk);
             read_offset = 0;
         }
         let mut stats = SpoolStats { limit_bytes: cfg.limit_bytes, ..SpoolStats::default() };
@@ -379,7 +382,8 @@ impl Spool {
             _ => true,
         };
         if need_new {
-            let id = g.chunks.back().map_or(g.read_chunk.max(1), |c| c.id + 1);
+            // Chunk ids only grow: the cursor on disk may still name the last removed chunk.
+            let id = g.chunks.back().map_or(g.read_chunk + 1, |c| c.id + 1);
             let path = chunk_path(&g.cfg.dir, id);
             let f = OpenOptions::new()
                 .create(true)

@@ -149,6 +149,41 @@ fn torn_and_corrupt_records_are_cut_and_counted() {
     assert!(matches!(s.append(b"x", 1, true).unwrap(), Appended::Stored { .. }));
 }
 
+/// Found by `spool_invariants`: once every batch was acknowledged and its chunk removed, the
+/// next batch went into a new chunk with the removed one's id, and the cursor still on disk
+/// (that id, the old end offset) made a reopen skip it — an accepted batch lost.
+#[test]
+fn a_batch_after_everything_was_acknowledged_survives_reopens() {
+    let d = tempfile::tempdir().unwrap();
+    let c = cfg(d.path(), 32 * 1024, 4096, FullPolicy::DropNewest);
+    let s = Spool::open(c.clone()).unwrap();
+    s.append(b"a", 1, true).unwrap();
+    drop(s);
+    let s = Spool::open(c.clone()).unwrap();
+    let b = s.next(Duration::ZERO).unwrap().unwrap();
+    s.ack(&b).unwrap();
+    assert!(s.next(Duration::ZERO).unwrap().is_none(), "everything acknowledged");
+    drop(s);
+    for round in 0..3u8 {
+        let s = Spool::open(c.clone()).unwrap();
+        assert!(matches!(s.append(&[round], 1, true).unwrap(), Appended::Stored { .. }));
+        drop(s);
+        let s = Spool::open(c.clone()).unwrap();
+        assert_eq!(s.stats().pending_batches, 1, "round {round}: the new batch is pending after a reopen");
+        let b = s.next(Duration::ZERO).unwrap().expect("the new batch");
+        assert_eq!(b.payload, vec![round]);
+        s.ack(&b).unwrap();
+        // the same without a reopen in between: append after the last chunk was removed
+        assert!(s.next(Duration::ZERO).unwrap().is_none());
+        s.append(&[round, round], 1, true).unwrap();
+        drop(s);
+        let s = Spool::open(c.clone()).unwrap();
+        let b = s.next(Duration::ZERO).unwrap().expect("the batch appended after the removal");
+        assert_eq!(b.payload, vec![round, round]);
+        s.ack(&b).unwrap();
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Append(u16),
