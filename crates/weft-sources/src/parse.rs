@@ -325,6 +325,28 @@ mod tests {
         assert_eq!(trim_end(b"ab \t\r"), b"ab");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn numbers_match_std(digits in "[0-9]{0,24}", hex in "[0-9a-fA-F]{0,20}", tail in "[ x:g]{0,2}") {
+            let d = format!("{digits}{tail}");
+            let want = (!digits.is_empty()).then(|| digits.parse::<u64>().ok().map(|v| (v, digits.len()))).flatten();
+            let got = dec_prefix(d.as_bytes());
+            if digits.is_empty() || want.is_some() {
+                proptest::prop_assert_eq!(got, want);
+            } else {
+                proptest::prop_assert_eq!(got, None, "overflow");
+            }
+            let h = format!("0x{hex}{tail}");
+            let sig = hex.len();
+            let want = if hex.is_empty() || sig > 16 && u64::from_str_radix(&hex, 16).is_err() {
+                None
+            } else {
+                u64::from_str_radix(&hex, 16).ok().map(|v| (v, 2 + sig))
+            };
+            proptest::prop_assert_eq!(hex_prefix(h.as_bytes()), want);
+        }
+    }
+
     #[test]
     fn interner_is_bounded() {
         let mut i = Interner::new(1);
