@@ -309,13 +309,15 @@ pub(crate) struct Building {
 const HEADER_ATTRS: usize = 5;
 
 impl Building {
-    /// A span opened by `ev`, with room for about 8 attributes of its own.
+    /// A span opened by `ev`, with room for 6 attributes of its own (more than most host
+    /// and NIC spans have).
     pub fn new(id: LocalId, stype: &'static str, ev: &Event) -> Self {
-        Self::with_capacity(id, stype, ev, 8)
+        Self::with_capacity(id, stype, ev, 6)
     }
 
     /// A span opened by `ev`, with room for `attrs` attributes of its own (and the header
-    /// [`Cx::close`] adds, so that closing does not reallocate).
+    /// [`Cx::close`] adds, so that closing does not reallocate unless it marks the span
+    /// incomplete).
     pub fn with_capacity(id: LocalId, stype: &'static str, ev: &Event, attrs: usize) -> Self {
         Building {
             id,
@@ -328,7 +330,7 @@ impl Building {
             first: ev.clone(),
             more: Vec::new(),
             dropped_events: 0,
-            attrs: Attributes(Vec::with_capacity(attrs + HEADER_ATTRS)),
+            attrs: Attributes(Vec::with_capacity(attrs + header_len())),
             causes: Vec::new(),
             incomplete: false,
         }

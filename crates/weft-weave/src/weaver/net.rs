@@ -86,8 +86,19 @@ struct DevKey {
 }
 
 const MAX_HOPS_REMEMBERED: usize = 64;
-/// Attributes of a hop span at most (`hop_attrs` and the boundary or drop mark).
-const HOP_ATTRS: usize = 16;
+/// Attributes `hop_attrs` gives a hop of `n`, plus one for the boundary or drop mark: the
+/// span's attribute vector is allocated once, at its size (a few bytes too big would move
+/// it out of the allocator's fast per-thread cache).
+fn hop_attr_count(n: &NetEvent) -> usize {
+    let l3 = match (&n.ipv4, &n.arp) {
+        (Some(ip), _) => {
+            4 + (ip.protocol != 0) as usize + 2 * (ip.src_port != 0 || ip.dst_port != 0) as usize
+        }
+        (None, Some(_)) => 3,
+        (None, None) => 0,
+    };
+    6 + n.packet_uid.is_some() as usize + n.interesting.is_some() as usize + l3 + 1
+}
 const MAX_JOURNEYS: usize = 1 << 16;
 
 pub(crate) struct NetWeaver {
@@ -367,7 +378,7 @@ impl NetWeaver {
             (pick.map(|h| h.id), pick.map(|h| h.node))
         };
         let id = cx.asm.open(parent);
-        let mut b = Building::with_capacity(id, "NetDevice", ev, HOP_ATTRS);
+        let mut b = Building::with_capacity(id, "NetDevice", ev, hop_attr_count(n));
         b.causes.extend(cause.map(|c| c.span));
         self.hop_attrs(&mut b, n, ingress);
         if from_adapter {
@@ -433,7 +444,7 @@ impl NetWeaver {
             });
             let parent = jid.and_then(|j| self.journeys.get(&j)).and_then(|j| j.hops.last()).map(|h| h.id);
             let id = cx.asm.open(parent);
-            let mut b = Building::with_capacity(id, "NetDevice", ev, HOP_ATTRS);
+            let mut b = Building::with_capacity(id, "NetDevice", ev, hop_attr_count(n));
             self.hop_attrs(&mut b, n, ingress);
             if drop {
                 b.attr(conv::NET_DROP, true);
