@@ -85,7 +85,10 @@ impl LineParser for NicbmParser {
                 LineOutcome::Rejected("not a nicbm record ('main_time = ' missing)")
             };
         };
-        let mut outcome = LineOutcome::Skipped("nicbm informational output (not an event)");
+        // The last rejection wins; else any event makes the line parsed; else it held only
+        // the DMA payload dump.
+        let mut rejected = None;
+        let mut parsed = false;
         let mut at = first;
         loop {
             let start = at + MARKER.len();
@@ -94,22 +97,21 @@ impl LineParser for NicbmParser {
             match record(rec) {
                 Ok(Some((t, kind))) => {
                     out.push(self.stamp.event(t, kind));
-                    if !matches!(outcome, LineOutcome::Rejected(_)) {
-                        outcome = LineOutcome::Parsed;
-                    }
+                    parsed = true;
                 }
                 Ok(None) => {}
-                Err(r) => outcome = LineOutcome::Rejected(r),
+                Err(r) => rejected = Some(r),
             }
             match next {
                 Some(n) => at = n,
                 None => break,
             }
         }
-        if outcome == LineOutcome::Skipped("nicbm informational output (not an event)") {
-            outcome = LineOutcome::Skipped("nicbm dma payload dump (not an event)");
+        match (rejected, parsed) {
+            (Some(r), _) => LineOutcome::Rejected(r),
+            (None, true) => LineOutcome::Parsed,
+            (None, false) => LineOutcome::Skipped("nicbm dma payload dump (not an event)"),
         }
-        outcome
     }
 }
 
