@@ -1,10 +1,11 @@
 //! Span sinks: trace files (any format weft writes, streamed through
 //! [`weft_model::codec::stream`] writers), OTLP/HTTP to any collector, and memory.
 //!
-//! Each sink runs on its own thread behind a bounded queue of span batches. What happens when
-//! a sink falls behind is its [`Backpressure`]: `Block` stalls the weave (and through the merge
-//! and the sources' bounded channels, the readers — a simulator writing a FIFO then blocks on
-//! its writes), `Drop` discards the batch and counts the spans.
+//! Each sink runs on its own thread behind a bounded queue of span batches (an OTLP protobuf
+//! file sink also has up to 4 encoder threads: batches are encoded in parallel and written in
+//! order). What happens when a sink falls behind is its [`Backpressure`]: `Block` stalls the
+//! weave (and through the merge and the sources' bounded channels, the readers — a simulator
+//! writing a FIFO then blocks on its writes), `Drop` discards the batch and counts the spans.
 //!
 //! The OTLP/HTTP sink posts OTLP protobuf (`application/x-protobuf`) in batches of
 //! `batch_spans`, retrying connection failures and 429/502/503/504 answers with exponential
