@@ -55,24 +55,42 @@ impl Stamp {
 
 /// Interns byte strings (symbol names, ns-3 trace source names) into shared `Arc<str>`s.
 /// Bounded: past `max` distinct names, new names are allocated each time instead of cached.
+///
+/// The first [`RECENT`] names cached are also kept in a small array searched linearly before
+/// the hash map: formats with a handful of distinct names (ns-3 trace sources) never hash.
 #[derive(Debug, Default)]
 pub struct Interner {
+    recent: Vec<(Box<[u8]>, Arc<str>)>,
     map: HashMap<Box<[u8]>, Arc<str>>,
     max: usize,
 }
 
+/// How many names [`Interner`] finds by linear search.
+pub const RECENT: usize = 16;
+
 impl Interner {
     /// An interner caching at most `max` distinct names.
     pub fn new(max: usize) -> Self {
-        Interner { map: HashMap::new(), max }
+        Interner { recent: Vec::new(), map: HashMap::new(), max }
     }
     /// The shared string for `b` (invalid UTF-8 is replaced lossily).
+    #[inline]
     pub fn get(&mut self, b: &[u8]) -> Arc<str> {
-        if let Some(s) = self.map.get(b) {
+        if let Some((_, s)) = self.recent.iter().find(|(k, _)| **k == *b) {
+            return s.clone();
+        }
+        self.get_slow(b)
+    }
+    fn get_slow(&mut self, b: &[u8]) -> Arc<str> {
+        if self.recent.len() == RECENT
+            && let Some(s) = self.map.get(b)
+        {
             return s.clone();
         }
         let s: Arc<str> = Arc::from(String::from_utf8_lossy(b).as_ref());
-        if self.map.len() < self.max {
+        if self.recent.len() < RECENT.min(self.max) {
+            self.recent.push((b.into(), s.clone()));
+        } else if self.recent.len() + self.map.len() < self.max {
             self.map.insert(b.into(), s.clone());
         }
         s
@@ -147,7 +165,7 @@ impl<'a> Cursor<'a> {
     /// The bytes up to (not including) the next space or tab, or to the end.
     #[inline]
     pub fn token(&mut self) -> &'a [u8] {
-        let n = self.rest.iter().position(|&b| b == b' ' || b == b'\t').unwrap_or(self.rest.len());
+        let n = memchr::memchr2(b' ', b'\t', self.rest).unwrap_or(self.rest.len());
         let t = &self.rest[..n];
         self.rest = &self.rest[n..];
         t
@@ -166,6 +184,17 @@ impl<'a> Cursor<'a> {
         match memchr::memmem::find(self.rest, needle) {
             Some(i) => {
                 self.rest = &self.rest[i + needle.len()..];
+                true
+            }
+            None => false,
+        }
+    }
+    /// [`Cursor::past`] with a prebuilt searcher (no searcher set-up per call).
+    #[inline]
+    pub fn past_with(&mut self, finder: &memchr::memmem::Finder<'_>) -> bool {
+        match finder.find(self.rest) {
+            Some(i) => {
+                self.rest = &self.rest[i + finder.needle().len()..];
                 true
             }
             None => false,
@@ -191,6 +220,16 @@ impl<'a> Cursor<'a> {
 pub fn dec_prefix(b: &[u8]) -> Option<(u64, usize)> {
     let mut v: u64 = 0;
     let mut n = 0;
+    // Up to 19 digits cannot overflow a u64: no checks on that (usual) path.
+    let fast = b.len().min(19);
+    while n < fast {
+        let d = b[n].wrapping_sub(b'0');
+        if d > 9 {
+            return if n == 0 { None } else { Some((v, n)) };
+        }
+        v = v * 10 + d as u64;
+        n += 1;
+    }
     while n < b.len() {
         let d = b[n].wrapping_sub(b'0');
         if d > 9 {
@@ -202,14 +241,33 @@ pub fn dec_prefix(b: &[u8]) -> Option<(u64, usize)> {
     if n == 0 { None } else { Some((v, n)) }
 }
 
+/// Hex digit values, 0xff for bytes that are not hex digits.
+static HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
 #[inline]
 fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
+    let d = HEX[b as usize];
+    if d == 0xff { None } else { Some(d) }
+}
+
+/// The value of a hex digit (`0-9a-fA-F`), `None` for any other byte.
+#[inline]
+pub fn hex_value(b: u8) -> Option<u8> {
+    hex_digit(b)
 }
 
 /// Hex digits (optional `0x`) at the start of `b`: (value, bytes used). `None` without a
@@ -265,6 +323,28 @@ mod tests {
         assert_eq!(Cursor::new(b"0x10").num(), Some(16));
         assert_eq!(Cursor::new(b"10").num(), Some(10));
         assert_eq!(trim_end(b"ab \t\r"), b"ab");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn numbers_match_std(digits in "[0-9]{0,24}", hex in "[0-9a-fA-F]{0,20}", tail in "[ x:g]{0,2}") {
+            let d = format!("{digits}{tail}");
+            let want = (!digits.is_empty()).then(|| digits.parse::<u64>().ok().map(|v| (v, digits.len()))).flatten();
+            let got = dec_prefix(d.as_bytes());
+            if digits.is_empty() || want.is_some() {
+                proptest::prop_assert_eq!(got, want);
+            } else {
+                proptest::prop_assert_eq!(got, None, "overflow");
+            }
+            let h = format!("0x{hex}{tail}");
+            let sig = hex.len();
+            let want = if hex.is_empty() || sig > 16 && u64::from_str_radix(&hex, 16).is_err() {
+                None
+            } else {
+                u64::from_str_radix(&hex, 16).ok().map(|v| (v, 2 + sig))
+            };
+            proptest::prop_assert_eq!(hex_prefix(h.as_bytes()), want);
+        }
     }
 
     #[test]

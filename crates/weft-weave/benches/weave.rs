@@ -6,7 +6,8 @@
 //! * `actors/gem5` — parse + symbolizer + type filter (gem5 logs are mostly instructions);
 //! * `woven/<fmt>` — parse + actors + the weaver, one thread (what one core does per source);
 //! * `pipeline/<n>src` — the whole threaded pipeline (sources, merge, weave, sink) over `n`
-//!   gem5 logs read in parallel, to see throughput grow with cores;
+//!   gem5 logs read in parallel, to see throughput grow with cores; `pipeline/<n>src-nosink`
+//!   the same without a sink;
 //! * `peer/wc-l`, `peer/grep-c` — `wc -l` and `grep -c` over the same bytes, in the same run:
 //!   a read-speed baseline for the machine.
 
@@ -161,7 +162,9 @@ fn benches(c: &mut Criterion) {
     for k in 0..2 {
         std::fs::write(dir.path().join(format!("h{k}.gem5.log")), &gem5).expect("write");
     }
-    for n in [1usize, 2] {
+    // `nosink`: the same without the sink (spans counted and dropped), to see the sources
+    // scale when the single sink thread is not what limits the run.
+    for (n, sink) in [(1usize, true), (2, true), (1, false), (2, false)] {
         let mut toml = String::new();
         for k in 0..n {
             toml += &format!(
@@ -169,10 +172,13 @@ fn benches(c: &mut Criterion) {
                 weft_weave::synth::I40E_BASE
             );
         }
-        toml += "[[sink]]\nkind = \"file\"\npath = \"/dev/null\"\nformat = \"otlp-proto\"\n";
+        if sink {
+            toml += "[[sink]]\nkind = \"file\"\npath = \"/dev/null\"\nformat = \"otlp-proto\"\n";
+        }
         let topo = weft_weave::Topology::parse(&toml, Path::new("bench.toml"), dir.path()).expect("topology");
         g.throughput(Throughput::Bytes((gem5.len() * n) as u64));
-        g.bench_function(format!("pipeline/{n}src"), |b| {
+        let label = if sink { format!("pipeline/{n}src") } else { format!("pipeline/{n}src-nosink") };
+        g.bench_function(label, |b| {
             b.iter(|| {
                 black_box(weft_weave::Run::start(&topo, vec![]).expect("start").wait().expect("run").spans)
             })

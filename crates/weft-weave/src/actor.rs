@@ -89,9 +89,31 @@ pub struct Actors {
     symbols: Option<HashMap<u64, FuncAndTable>>,
     blacklist: HashSet<Box<str>>,
     drop_types: HashSet<String>,
+    /// `drop_types` decisions by type-name address: event type names are `&'static str`s
+    /// from a fixed list, so after the first event of a type no string is hashed.
+    drop_memo: Vec<(usize, usize, bool)>,
     spec: FilterSpec,
     keep: Keep,
     stats: ActorStats,
+}
+
+/// Whether `drop_types` holds `name`, memoized by the name's address and length (the same
+/// address and length is the same text; a miss only costs a hash).
+#[inline]
+fn dropped_type(
+    drop_types: &HashSet<String>,
+    memo: &mut Vec<(usize, usize, bool)>,
+    name: &'static str,
+) -> bool {
+    let key = (name.as_ptr() as usize, name.len());
+    if let Some(&(_, _, d)) = memo.iter().find(|m| (m.0, m.1) == key) {
+        return d;
+    }
+    let d = drop_types.contains(name);
+    if memo.len() < 64 {
+        memo.push((key.0, key.1, d));
+    }
+    d
 }
 
 impl Actors {
@@ -138,6 +160,7 @@ impl Actors {
             symbols,
             blacklist: spec.blacklist.iter().map(|s| s.as_str().into()).collect(),
             drop_types: spec.drop_types.iter().cloned().collect(),
+            drop_memo: Vec::new(),
             spec: spec.clone(),
             keep,
             stats: ActorStats::default(),
@@ -146,7 +169,7 @@ impl Actors {
 
     /// Runs the chain over a batch in place.
     pub fn apply(&mut self, events: &mut Vec<Event>) {
-        let Actors { symbols, blacklist, drop_types, spec, keep, stats } = self;
+        let Actors { symbols, blacklist, drop_types, drop_memo, spec, keep, stats } = self;
         events.retain_mut(|e| {
             if let Some(map) = symbols
                 && let EventKind::Host(HostEvent::Instr { pc, macro_op: true }) = e.kind
@@ -162,7 +185,7 @@ impl Actors {
                 stats.dropped.add("blacklisted function", 1);
                 return false;
             }
-            if !drop_types.is_empty() && drop_types.contains(e.type_name()) {
+            if !drop_types.is_empty() && dropped_type(drop_types, drop_memo, e.type_name()) {
                 stats.dropped.add(
                     if matches!(e.kind, EventKind::Host(HostEvent::Instr { .. })) {
                         "instruction (type filter; not a function entry)"

@@ -337,8 +337,10 @@ fn source_thread(
             // Share the driver's counters with the progress display.
             let counters = d.counters().clone();
             let mut last = (0u64, 0u64, 0u64, 0u64);
+            // Each batch starts with the room the previous one needed (no regrowing per step).
+            let mut room = 0usize;
             loop {
-                let mut batch = Vec::new();
+                let mut batch = Vec::with_capacity(room);
                 let more = match d.step(&mut batch) {
                     Ok(m) => m,
                     Err(e) => {
@@ -357,7 +359,13 @@ fn source_thread(
                 p.counters.events.fetch_add(now.2 - last.2, Ordering::Relaxed);
                 p.counters.rejected.fetch_add(now.3 - last.3, Ordering::Relaxed);
                 last = now;
+                room = room.max(batch.len());
                 actors.apply(&mut batch);
+                // Filters may leave a fraction (gem5: the function entries among the
+                // instructions): queued batches hold no more memory than their events need.
+                if batch.capacity() > 2 * batch.len() + 64 {
+                    batch.shrink_to_fit();
+                }
                 if !batch.is_empty() && tx.send(Msg::Events(batch)).is_err() {
                     report.error = Some("the merge stopped".into());
                     break;

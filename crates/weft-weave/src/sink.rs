@@ -1,10 +1,11 @@
 //! Span sinks: trace files (any format weft writes, streamed through
 //! [`weft_model::codec::stream`] writers), OTLP/HTTP to any collector, and memory.
 //!
-//! Each sink runs on its own thread behind a bounded queue of span batches. What happens when
-//! a sink falls behind is its [`Backpressure`]: `Block` stalls the weave (and through the merge
-//! and the sources' bounded channels, the readers — a simulator writing a FIFO then blocks on
-//! its writes), `Drop` discards the batch and counts the spans.
+//! Each sink runs on its own thread behind a bounded queue of span batches (an OTLP protobuf
+//! file sink also has up to 4 encoder threads: batches are encoded in parallel and written in
+//! order). What happens when a sink falls behind is its [`Backpressure`]: `Block` stalls the
+//! weave (and through the merge and the sources' bounded channels, the readers — a simulator
+//! writing a FIFO then blocks on its writes), `Drop` discards the batch and counts the spans.
 //!
 //! The OTLP/HTTP sink posts OTLP protobuf (`application/x-protobuf`) in batches of
 //! `batch_spans`, retrying connection failures and 429/502/503/504 answers with exponential
@@ -186,9 +187,13 @@ impl SinkHandle {
                 std::thread::Builder::new()
                     .name("weft-sink-file".into())
                     .spawn(move || {
-                        let w =
-                            writer(format, BufWriter::with_capacity(1 << 20, f), WriterOptions::default())
-                                .map_err(|e| SinkError::Write { sink: n.clone(), msg: e.to_string() })?;
+                        let out = BufWriter::with_capacity(1 << 20, f);
+                        let encoders = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+                        if format == Format::OtlpProto && encoders > 1 {
+                            return run_file_otlp_proto(n, out, rx, encoders);
+                        }
+                        let w = writer(format, out, WriterOptions::default())
+                            .map_err(|e| SinkError::Write { sink: n.clone(), msg: e.to_string() })?;
                         run_file(n, w, rx)
                     })
                     .map_err(|e| SinkError::Io { path, op: "spawn sink thread", source: e })?
@@ -282,6 +287,68 @@ fn run_file(
     }
     let losses = w.finish().map_err(werr)?;
     Ok(SinkReport { name, spans, losses, ..SinkReport::default() })
+}
+
+/// An OTLP protobuf file written by `encoders` threads: the format is a concatenation of
+/// independently encoded requests (one per batch), so batches are encoded in parallel and
+/// written in arrival order — the bytes are those one thread would write. Encoding is the
+/// sink's whole cost, and one thread of it cannot keep up with several sources.
+fn run_file_otlp_proto(
+    name: String,
+    mut out: BufWriter<File>,
+    rx: Receiver<Batch>,
+    encoders: usize,
+) -> Result<SinkReport, SinkError> {
+    use std::io::Write;
+    let werr = |e: std::io::Error| SinkError::Write { sink: name.clone(), msg: e.to_string() };
+    let mut spans = 0u64;
+    std::thread::scope(|scope| -> Result<(), SinkError> {
+        let (jobs, jobs_rx) = bounded::<(Batch, Sender<Vec<u8>>)>(encoders);
+        for k in 0..encoders {
+            let jobs_rx = jobs_rx.clone();
+            std::thread::Builder::new()
+                .name(format!("weft-sink-enc{k}"))
+                .spawn_scoped(scope, move || {
+                    for (b, done) in jobs_rx {
+                        // The writer may have stopped on an error: nothing to do then.
+                        let _ = done.send(weft_model::codec::otlp::encode_proto(&b));
+                    }
+                })
+                .map_err(|e| SinkError::Write { sink: name.clone(), msg: format!("spawn encoder: {e}") })?;
+        }
+        drop(jobs_rx);
+        // Encoded batches in arrival order; at most 2 per encoder in flight (bounded memory).
+        let mut pending: std::collections::VecDeque<Receiver<Vec<u8>>> = std::collections::VecDeque::new();
+        let mut write_next =
+            |pending: &mut std::collections::VecDeque<Receiver<Vec<u8>>>| -> Result<(), SinkError> {
+                if let Some(r) = pending.pop_front() {
+                    let bytes = r.recv().map_err(|_| SinkError::Write {
+                        sink: name.clone(),
+                        msg: "an encoder thread ended".into(),
+                    })?;
+                    out.write_all(&bytes).map_err(werr)?;
+                }
+                Ok(())
+            };
+        for b in rx {
+            spans += b.len() as u64;
+            let (done, r) = bounded(1);
+            if jobs.send((b, done)).is_err() {
+                return Err(SinkError::Write { sink: name.clone(), msg: "the encoder threads ended".into() });
+            }
+            pending.push_back(r);
+            while pending.len() > 2 * encoders {
+                write_next(&mut pending)?;
+            }
+        }
+        drop(jobs);
+        while !pending.is_empty() {
+            write_next(&mut pending)?;
+        }
+        Ok(())
+    })?;
+    out.flush().map_err(werr)?;
+    Ok(SinkReport { name, spans, ..SinkReport::default() })
 }
 
 fn run_http(name: String, o: HttpOptions, rx: Receiver<Batch>) -> SinkReport {

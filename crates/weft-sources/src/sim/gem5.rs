@@ -79,8 +79,8 @@ impl LineParser for Gem5Parser {
             // `<tick>: <object>:` with an empty message.
             None => return LineOutcome::Skipped("gem5 output without a message"),
         };
-        let r = if is_exec(msg) {
-            self.exec(msg)
+        let r = if let Some(pc_at) = exec_pc_at(msg) {
+            self.exec(msg, pc_at)
         } else if let Some(m) = msg.strip_prefix(b"simbricks-pci: ") {
             simbricks_pci(m)
         } else if msg.starts_with(b"readConfig:") || msg.starts_with(b"writeConfig:") {
@@ -119,31 +119,35 @@ impl LineParser for Gem5Parser {
 
 const SKIP_HOUSEKEEPING: &str = "simbricks-pci housekeeping message or fence/nop instruction";
 
-/// `[A<n> ]T<n> : 0x` — an instruction-trace line.
+/// `[A<n> ]T<n> : 0x` — an instruction-trace line: the offset of its `: 0x` (the first in
+/// `msg`, since nothing before it can hold a `:`), `None` for other lines.
 #[inline]
-fn is_exec(msg: &[u8]) -> bool {
+fn exec_pc_at(msg: &[u8]) -> Option<usize> {
     let mut c = Cursor::new(msg);
     if c.lit(b"A") {
         if c.dec().is_none() || !c.lit(b" ") {
-            return false;
+            return None;
         }
         c.spaces();
     }
-    c.lit(b"T") && c.dec().is_some() && {
+    if c.lit(b"T") && c.dec().is_some() {
         c.spaces();
-        c.lit(b": 0x")
+        if c.rest.starts_with(b": 0x") {
+            return Some(msg.len() - c.rest.len());
+        }
     }
+    None
 }
 
 impl Gem5Parser {
-    fn exec(&mut self, msg: &[u8]) -> R<Option<EventKind>> {
-        let i = memchr::memmem::find(msg, b": 0x").ok_or("instruction line without a PC")?;
+    /// An instruction line whose `: 0x` is at `i`.
+    fn exec(&mut self, msg: &[u8], i: usize) -> R<Option<EventKind>> {
         let mut c = Cursor::new(&msg[i + 2..]);
         let pc = c.hex().ok_or("bad 'pc' (hex expected)")?;
         let mut sym: Option<&[u8]> = None;
         let mut at_entry = false;
         if c.lit(b" @") {
-            let n = c.rest.iter().position(|&b| b == b'+' || b == b' ').unwrap_or(c.rest.len());
+            let n = memchr::memchr2(b'+', b' ', c.rest).unwrap_or(c.rest.len());
             let mut name = &c.rest[..n];
             c.skip(n);
             if name.ends_with(b".") && c.rest.first() == Some(&b' ') {

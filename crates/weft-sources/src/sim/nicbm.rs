@@ -29,7 +29,6 @@
 //! not parse (the reason names the field), and lines that are neither records nor `info:`
 //! output.
 
-use memchr::memmem::Finder;
 use weft_model::event::{EventKind, NicEvent};
 use weft_model::{Clock, Event, SourceId};
 
@@ -38,16 +37,34 @@ use crate::parse::{Cursor, LineOutcome, LineParser, Stamp, is_blank, trim_end};
 /// The nicbm parser (see the module docs).
 pub struct NicbmParser {
     stamp: Stamp,
-    marker: Finder<'static>,
 }
 
 const MARKER: &[u8] = b"main_time = ";
+/// Where the `_` is in [`MARKER`].
+const MARKER_UNDERSCORE: usize = 4;
+
+/// The first `main_time = ` in `line` at or after `from`. Records rarely hold a `_` other
+/// than the marker's, so a `memchr` for `_` and a check around each hit beats a substring
+/// search (whose set-up costs more than the short scan).
+#[inline]
+fn find_marker(line: &[u8], from: usize) -> Option<usize> {
+    let mut at = from + MARKER_UNDERSCORE;
+    while at < line.len() {
+        let u = at + memchr::memchr(b'_', &line[at..])?;
+        let start = u - MARKER_UNDERSCORE;
+        if line[start..].starts_with(MARKER) {
+            return Some(start);
+        }
+        at = u + 1;
+    }
+    None
+}
 
 impl NicbmParser {
     /// A parser for `source`, converting `main_time` through `clock` (normally
     /// [`Clock::simulated_picos`]).
     pub fn new(source: SourceId, clock: Clock) -> Self {
-        NicbmParser { stamp: Stamp::new(source, clock), marker: Finder::new(MARKER) }
+        NicbmParser { stamp: Stamp::new(source, clock) }
     }
 }
 
@@ -59,7 +76,7 @@ impl LineParser for NicbmParser {
     }
 
     fn parse_line(&mut self, line: &[u8], out: &mut Vec<Event>) -> LineOutcome {
-        let Some(first) = self.marker.find(line) else {
+        let Some(first) = find_marker(line, 0) else {
             return if is_blank(line) {
                 LineOutcome::Skipped("blank line")
             } else if line.starts_with(b"info:") {
@@ -68,31 +85,33 @@ impl LineParser for NicbmParser {
                 LineOutcome::Rejected("not a nicbm record ('main_time = ' missing)")
             };
         };
-        let mut outcome = LineOutcome::Skipped("nicbm informational output (not an event)");
+        // The last rejection wins; else any event makes the line parsed; else it held only
+        // the DMA payload dump.
+        let mut rejected = None;
+        let mut parsed = false;
         let mut at = first;
         loop {
             let start = at + MARKER.len();
-            let next = self.marker.find(&line[start..]).map(|i| start + i);
+            let next = find_marker(line, start);
             let rec = &line[start..next.unwrap_or(line.len())];
             match record(rec) {
                 Ok(Some((t, kind))) => {
                     out.push(self.stamp.event(t, kind));
-                    if !matches!(outcome, LineOutcome::Rejected(_)) {
-                        outcome = LineOutcome::Parsed;
-                    }
+                    parsed = true;
                 }
                 Ok(None) => {}
-                Err(r) => outcome = LineOutcome::Rejected(r),
+                Err(r) => rejected = Some(r),
             }
             match next {
                 Some(n) => at = n,
                 None => break,
             }
         }
-        if outcome == LineOutcome::Skipped("nicbm informational output (not an event)") {
-            outcome = LineOutcome::Skipped("nicbm dma payload dump (not an event)");
+        match (rejected, parsed) {
+            (Some(r), _) => LineOutcome::Rejected(r),
+            (None, true) => LineOutcome::Parsed,
+            (None, false) => LineOutcome::Skipped("nicbm dma payload dump (not an event)"),
         }
-        outcome
     }
 }
 
@@ -297,6 +316,23 @@ mod tests {
             parse("info: main_time = 1: nicbm: eth tx: len x info: main_time = 2: nicbm: eth tx: len 5");
         assert_eq!(o, LineOutcome::Rejected("bad 'len' (decimal expected)"));
         assert_eq!(ev, vec![NicEvent::Tx { len: 5 }]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn marker_search_matches_substring_search(
+            parts in proptest::collection::vec(proptest::prop_oneof![
+                proptest::strategy::Just("main_time = "), proptest::strategy::Just("main_time"),
+                proptest::strategy::Just("_"), proptest::strategy::Just("ain_time = "),
+                proptest::strategy::Just("x"), proptest::strategy::Just("main_"),
+            ], 0..12),
+            from in 0usize..40,
+        ) {
+            let line = parts.concat();
+            let from = from.min(line.len());
+            let want = memchr::memmem::find(&line.as_bytes()[from..], MARKER).map(|i| from + i);
+            proptest::prop_assert_eq!(find_marker(line.as_bytes(), from), want);
+        }
     }
 
     #[test]

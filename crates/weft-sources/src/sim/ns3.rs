@@ -40,7 +40,7 @@ use memchr::memmem::Finder;
 use weft_model::event::{ArpHeader, Boundary, DeviceType, EthHeader, EventKind, Ipv4Header, NetEvent, NetOp};
 use weft_model::{Clock, Event, SourceId};
 
-use crate::parse::{Cursor, Interner, LineOutcome, LineParser, Stamp, dec_prefix, is_blank};
+use crate::parse::{Cursor, Interner, LineOutcome, LineParser, Stamp, dec_prefix, hex_value, is_blank};
 
 /// How the time column is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -59,9 +59,41 @@ pub struct Ns3Parser {
     stamp: Stamp,
     time: Ns3Time,
     sources: Interner,
+    /// Device types by name: the first few searched linearly, the rest hashed.
+    recent_types: Vec<(Box<[u8]>, DeviceType)>,
     types: HashMap<Box<[u8]>, DeviceType>,
+    f: Finders,
+}
+
+/// Substring searchers, built once per parser (building one costs more than a short search).
+struct Finders {
     ns3: Finder<'static>,
     payload: Finder<'static>,
+    node_list: Finder<'static>,
+    device_list: Finder<'static>,
+    node_list_priv: Finder<'static>,
+    ip_length: Finder<'static>,
+    ip_id: Finder<'static>,
+    ip_protocol: Finder<'static>,
+    arp_src: Finder<'static>,
+    arp_dst: Finder<'static>,
+}
+
+impl Finders {
+    fn new() -> Self {
+        Finders {
+            ns3: Finder::new(b"ns3::"),
+            payload: Finder::new(b"Payload (size="),
+            node_list: Finder::new(b"NodeList/"),
+            device_list: Finder::new(b"DeviceList/"),
+            node_list_priv: Finder::new(b"NodeListPriv"),
+            ip_length: Finder::new(b"length: "),
+            ip_id: Finder::new(b" id "),
+            ip_protocol: Finder::new(b"protocol "),
+            arp_src: Finder::new(b"source ipv4: "),
+            arp_dst: Finder::new(b"dest ipv4: "),
+        }
+    }
 }
 
 type R<T> = Result<T, &'static str>;
@@ -74,18 +106,23 @@ impl Ns3Parser {
             stamp: Stamp::new(source, clock),
             time,
             sources: Interner::new(4096),
+            recent_types: Vec::new(),
             types: HashMap::new(),
-            ns3: Finder::new(b"ns3::"),
-            payload: Finder::new(b"Payload (size="),
+            f: Finders::new(),
         }
     }
 
     fn device_type(&mut self, name: &[u8]) -> DeviceType {
+        if let Some((_, t)) = self.recent_types.iter().find(|(k, _)| **k == *name) {
+            return t.clone();
+        }
         if let Some(t) = self.types.get(name) {
             return t.clone();
         }
         let t = DeviceType::from_name(&String::from_utf8_lossy(name));
-        if self.types.len() < 1024 {
+        if self.recent_types.len() < 16 {
+            self.recent_types.push((name.into(), t.clone()));
+        } else if self.types.len() < 1024 {
             self.types.insert(name.into(), t.clone());
         }
         t
@@ -128,7 +165,7 @@ impl Ns3Parser {
         } else if c.rest.starts_with(b"Packet-Uid=") {
             return Err("bad 'Packet-Uid' (decimal expected)");
         }
-        let fork = packet_uid.is_some() || memchr::memmem::find(path, b"NodeListPriv").is_some();
+        let fork = packet_uid.is_some() || self.f.node_list_priv.find(path).is_some();
         let raw = match (self.time, is_seconds_token(time_tok), fork) {
             (Ns3Time::Picos, _, _) | (Ns3Time::Auto, false, true) => match dec_prefix(time_tok) {
                 Some((v, n)) if n == time_tok.len() => v,
@@ -165,11 +202,11 @@ impl Ns3Parser {
 
     fn path(&mut self, path: &[u8]) -> R<(u32, u32, DeviceType, Arc<str>)> {
         let mut c = Cursor::new(path);
-        if !c.past(b"NodeList/") {
+        if !c.past_with(&self.f.node_list) {
             return Err("context path without 'NodeList/'");
         }
         let node = c.dec().ok_or("bad node number in the context path")?;
-        if !c.past(b"DeviceList/") {
+        if !c.past_with(&self.f.device_list) {
             return Err("context path without 'DeviceList/'");
         }
         let device = c.dec().ok_or("bad device number in the context path")?;
@@ -189,7 +226,8 @@ impl Ns3Parser {
 
     fn headers(&self, rest: &[u8], ev: &mut NetEvent) -> R<()> {
         let mut pos = 0;
-        while let Some(i) = self.ns3.find(&rest[pos..]) {
+        let f = &self.f;
+        while let Some(i) = f.ns3.find(&rest[pos..]) {
             let at = pos + i + 5;
             let h = &rest[at..];
             pos = at;
@@ -200,11 +238,11 @@ impl Ns3Parser {
                 }
             } else if let Some(body) = h.strip_prefix(b"ArpHeader") {
                 if ev.arp.is_none() {
-                    ev.arp = Some(arp(body)?);
+                    ev.arp = Some(arp(body, f)?);
                 }
             } else if let Some(body) = h.strip_prefix(b"Ipv4Header") {
                 if ev.ipv4.is_none() {
-                    ev.ipv4 = Some(ipv4(body)?);
+                    ev.ipv4 = Some(ipv4(body, f)?);
                 }
             } else if let Some(body) = h.strip_prefix(b"UdpHeader") {
                 if let Some(ip) = &mut ev.ipv4
@@ -227,7 +265,7 @@ impl Ns3Parser {
                 (ip.src_port, ip.dst_port) = ports(&mut c).ok_or("bad TCP ports")?;
             }
         }
-        if let Some(i) = self.payload.find(rest) {
+        if let Some(i) = f.payload.find(rest) {
             let mut c = Cursor::new(&rest[i + 14..]);
             let n = c.dec().ok_or("bad 'Payload (size=' (decimal expected)")?;
             ev.payload_size = u32::try_from(n).map_err(|_| "payload size out of range")?;
@@ -329,7 +367,11 @@ fn mac(c: &mut Cursor<'_>) -> Option<[u8; 6]> {
             return None;
         }
         let s = c.rest.get(..2)?;
-        *b = u8::from_str_radix(std::str::from_utf8(s).ok()?, 16).ok()?;
+        // As `u8::from_str_radix(s, 16)` reads two characters: a leading `+` is a sign.
+        *b = match s[0] {
+            b'+' => hex_value(s[1])?,
+            h => (hex_value(h)? << 4) | hex_value(s[1])?,
+        };
         c.skip(2);
     }
     Some(m)
@@ -386,7 +428,7 @@ fn eth(body: &[u8]) -> R<EthHeader> {
 
 /// `(request source mac: 00-06-… source ipv4: 192.168.64.1 dest ipv4: 192.168.64.0)`; ns-3
 /// ≥ 3.41 prints `(hardware type: Ethernet request …)`.
-fn arp(body: &[u8]) -> R<ArpHeader> {
+fn arp(body: &[u8], f: &Finders) -> R<ArpHeader> {
     let mut c = Cursor::new(body);
     c.spaces();
     c.lit(b"(");
@@ -401,11 +443,11 @@ fn arp(body: &[u8]) -> R<ArpHeader> {
     } else {
         return Err("bad ARP header (request or reply expected)");
     };
-    if !c.past(b"source ipv4: ") {
+    if !c.past_with(&f.arp_src) {
         return Err("bad ARP 'source ipv4'");
     }
     let src_ip = ipv4_addr(&mut c).ok_or("bad ARP 'source ipv4'")?;
-    if !c.past(b"dest ipv4: ") {
+    if !c.past_with(&f.arp_dst) {
         return Err("bad ARP 'dest ipv4'");
     }
     let dst_ip = ipv4_addr(&mut c).ok_or("bad ARP 'dest ipv4'")?;
@@ -413,17 +455,17 @@ fn arp(body: &[u8]) -> R<ArpHeader> {
 }
 
 /// `(tos 0x0 … ttl 64 id 0 protocol 17 offset (bytes) 0 flags [none] length: 284 a > b)`
-fn ipv4(body: &[u8]) -> R<Ipv4Header> {
+fn ipv4(body: &[u8], f: &Finders) -> R<Ipv4Header> {
     let mut c = Cursor::new(body);
-    let len_at = memchr::memmem::find(c.rest, b"length: ").ok_or("bad IPv4 header ('length:' missing)")?;
+    let len_at = f.ip_length.find(c.rest).ok_or("bad IPv4 header ('length:' missing)")?;
     let pre = &c.rest[..len_at];
-    let ident = match memchr::memmem::find(pre, b" id ") {
+    let ident = match f.ip_id.find(pre) {
         Some(i) => {
             u16::try_from(dec_prefix(&pre[i + 4..]).ok_or("bad IPv4 'id'")?.0).map_err(|_| "bad IPv4 'id'")?
         }
         None => 0,
     };
-    let protocol = match memchr::memmem::find(pre, b"protocol ") {
+    let protocol = match f.ip_protocol.find(pre) {
         Some(i) => u8::try_from(dec_prefix(&pre[i + 9..]).ok_or("bad IPv4 'protocol'")?.0)
             .map_err(|_| "bad IPv4 'protocol'")?,
         None => 0,

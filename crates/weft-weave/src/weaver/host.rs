@@ -31,7 +31,7 @@ use weft_model::event::HostEvent;
 
 use super::links::{Ctx, PcieMode};
 use super::{Building, Cx, Ident, attr, class, int};
-use crate::assemble::LocalId;
+use crate::assemble::{IdMap, LocalId};
 
 struct Call {
     b: Building,
@@ -55,9 +55,16 @@ struct Dma {
     id: u64,
 }
 
+/// Function names whose class is memoized by address.
+const MAX_CLASS_MEMO: usize = 1 << 16;
+
 pub(crate) struct HostWeaver {
     who: Ident,
     classes: Arc<HashMap<Box<str>, u8>>,
+    /// Classes by the address of the interned name (names come from symbol tables as shared
+    /// `Arc<str>`s, so one call site's name is one address): no string hashing per call. The
+    /// entry holds a clone, so the address cannot be reused by another name while cached.
+    class_memo: IdMap<usize, (Arc<str>, u8)>,
     keep_bare: bool,
     pcie: Option<(usize, PcieMode)>,
     call: Option<Call>,
@@ -86,6 +93,7 @@ impl HostWeaver {
         HostWeaver {
             who,
             classes,
+            class_memo: IdMap::default(),
             keep_bare,
             pcie: None,
             call: None,
@@ -233,7 +241,7 @@ impl HostWeaver {
     }
 
     fn on_call(&mut self, ev: &Event, func: &Arc<str>, cx: &mut Cx) {
-        let c = self.classes.get(func.as_ref()).copied().unwrap_or(0);
+        let c = self.class_of(func);
         if c & class::SYS_ENTRY != 0 {
             self.close_call(cx);
         }
@@ -271,6 +279,19 @@ impl HostWeaver {
             call.children += 1;
             cx.links.pcie[l].xmit.push(Ctx { span, time_ns: ev.time_ns, key: 0, aux: 0 });
         }
+    }
+
+    /// The function classes of `func` (0 for none).
+    fn class_of(&mut self, func: &Arc<str>) -> u8 {
+        let key = Arc::as_ptr(func) as *const u8 as usize;
+        if let Some((_, c)) = self.class_memo.get(&key) {
+            return *c;
+        }
+        let c = self.classes.get(func.as_ref()).copied().unwrap_or(0);
+        if self.class_memo.len() < MAX_CLASS_MEMO {
+            self.class_memo.insert(key, (func.clone(), c));
+        }
+        c
     }
 
     fn close_call(&mut self, cx: &mut Cx) {

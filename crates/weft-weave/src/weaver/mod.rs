@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use weft_model::event::EventKind;
-use weft_model::{Attributes, Event, Resource, Scope, Span, SpanEvent, SpanKind, Value, conv};
+use weft_model::{
+    Attributes, Event, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Status, TraceId, Value, conv,
+};
 use weft_sources::reject::ReasonCounts;
 
 use crate::assemble::{AssembleStats, Assembler, Limits, LocalId};
@@ -291,15 +293,32 @@ pub(crate) struct Building {
     pub end_ns: u64,
     pub start_raw: u64,
     pub end_raw: u64,
-    pub events: Vec<Event>,
+    /// The opening event (kept inline: most spans group one or two events, and a `Vec`
+    /// holding just it would cost an allocation per span).
+    pub first: Event,
+    /// The events after the first, up to the span-event limit.
+    pub more: Vec<Event>,
     pub dropped_events: u32,
     pub attrs: Attributes,
     pub causes: Vec<LocalId>,
     pub incomplete: bool,
 }
 
+/// Attributes [`Cx::close`] puts before a span's own: type, component, raw start and end,
+/// and `weft.incomplete` when set.
+const HEADER_ATTRS: usize = 5;
+
 impl Building {
+    /// A span opened by `ev`, with room for 6 attributes of its own (more than most host
+    /// and NIC spans have).
     pub fn new(id: LocalId, stype: &'static str, ev: &Event) -> Self {
+        Self::with_capacity(id, stype, ev, 6)
+    }
+
+    /// A span opened by `ev`, with room for `attrs` attributes of its own (and the header
+    /// [`Cx::close`] adds, so that closing does not reallocate unless it marks the span
+    /// incomplete).
+    pub fn with_capacity(id: LocalId, stype: &'static str, ev: &Event, attrs: usize) -> Self {
         Building {
             id,
             name: None,
@@ -308,9 +327,10 @@ impl Building {
             end_ns: ev.time_ns,
             start_raw: ev.raw_time,
             end_raw: ev.raw_time,
-            events: vec![ev.clone()],
+            first: ev.clone(),
+            more: Vec::new(),
             dropped_events: 0,
-            attrs: Attributes::new(),
+            attrs: Attributes(Vec::with_capacity(attrs + header_len())),
             causes: Vec::new(),
             incomplete: false,
         }
@@ -319,8 +339,8 @@ impl Building {
     pub fn add(&mut self, ev: &Event, max_events: usize) {
         self.end_ns = self.end_ns.max(ev.time_ns);
         self.end_raw = self.end_raw.max(ev.raw_time);
-        if self.events.len() < max_events {
-            self.events.push(ev.clone());
+        if 1 + self.more.len() < max_events {
+            self.more.push(ev.clone());
         } else {
             self.dropped_events += 1;
         }
@@ -329,6 +349,11 @@ impl Building {
     pub fn attr(&mut self, key: &'static str, v: impl Into<Value>) {
         self.attrs.push(key, v);
     }
+}
+
+/// The header attributes always present (see [`HEADER_ATTRS`]).
+const fn header_len() -> usize {
+    HEADER_ATTRS - 1
 }
 
 /// A u64 as an OTLP int (two's complement above i64::MAX, as every OTLP exporter does).
@@ -414,38 +439,58 @@ impl Cx<'_> {
             end_ns,
             start_raw,
             end_raw,
-            events,
+            first,
+            more,
             dropped_events,
             attrs,
             causes,
             incomplete,
         } = b;
-        let mut a = Attributes(Vec::with_capacity(attrs.len() + 5));
-        a.push(conv::SPAN_TYPE, stype);
-        a.push(conv::COMPONENT, comp.as_ref());
-        a.push(conv::RAW_START, int(start_raw));
-        a.push(conv::RAW_END, int(end_raw));
+        // The header goes in front of the span's own attributes, in the vector they are in
+        // (built with room for it).
+        let mut a = attrs;
+        let header = [
+            weft_model::KeyValue::new(conv::SPAN_TYPE, stype),
+            weft_model::KeyValue::new(conv::COMPONENT, comp.as_ref()),
+            weft_model::KeyValue::new(conv::RAW_START, int(start_raw)),
+            weft_model::KeyValue::new(conv::RAW_END, int(end_raw)),
+        ];
+        a.0.splice(0..0, header);
         if incomplete {
-            a.push(conv::INCOMPLETE, true);
+            a.0.insert(header_len(), weft_model::KeyValue::new(conv::INCOMPLETE, true));
             self.stats.incomplete += 1;
         }
-        a.0.extend(attrs.0);
         let detail = self.detail;
         let span_events = match detail {
             SpanEvents::None => Vec::new(),
-            _ => events.iter().map(|e| span_event(e, detail)).collect(),
+            _ => {
+                let mut v = Vec::with_capacity(1 + more.len());
+                v.push(span_event(&first, detail));
+                v.extend(more.iter().map(|e| span_event(e, detail)));
+                v
+            }
         };
+        // Every field spelt out: `..Span::default()` would allocate a default resource and
+        // scope only to drop them.
         let span = Span {
+            trace_id: TraceId::default(),
+            span_id: SpanId::default(),
+            parent_span_id: None,
+            trace_state: String::new(),
+            flags: 0,
             name: name.unwrap_or_else(|| stype.to_owned()).into(),
             kind: SpanKind::Internal,
             start_ns,
             end_ns,
+            status: Status::default(),
             attributes: a,
             events: span_events,
-            dropped_events_count: dropped_events,
+            links: Vec::new(),
             resource: who.resource.clone(),
             scope: who.scope.clone(),
-            ..Span::default()
+            dropped_attributes_count: 0,
+            dropped_events_count: dropped_events,
+            dropped_links_count: 0,
         };
         *self.stats.spans_by_type.entry(stype).or_default() += 1;
         if let Some(c) = self.stats.spans_by_source.get_mut(who.source) {

@@ -33,10 +33,10 @@
 //! towards a NIC (`TxPacketToAdapter`, not dropped) is offered to that NIC as the cause of its
 //! RX.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use weft_model::event::{Boundary, DeviceType, NetEvent, NetOp, fmt_ip};
+use weft_model::event::{Boundary, DeviceType, NetEvent, NetOp};
 use weft_model::{Event, conv};
 
 use super::links::Ctx;
@@ -86,19 +86,34 @@ struct DevKey {
 }
 
 const MAX_HOPS_REMEMBERED: usize = 64;
+/// Attributes `hop_attrs` gives a hop of `n`, plus one for the boundary or drop mark: the
+/// span's attribute vector is allocated once, at its size (a few bytes too big would move
+/// it out of the allocator's fast per-thread cache).
+fn hop_attr_count(n: &NetEvent) -> usize {
+    let l3 = match (&n.ipv4, &n.arp) {
+        (Some(ip), _) => {
+            4 + (ip.protocol != 0) as usize + 2 * (ip.src_port != 0 || ip.dst_port != 0) as usize
+        }
+        (None, Some(_)) => 3,
+        (None, None) => 0,
+    };
+    6 + n.packet_uid.is_some() as usize + n.interesting.is_some() as usize + l3 + 1
+}
 const MAX_JOURNEYS: usize = 1 << 16;
 
 pub(crate) struct NetWeaver {
     who: Ident,
     names: BTreeMap<u32, String>,
-    node_comp: HashMap<u32, Arc<str>>,
-    links: HashMap<(u32, u32), usize>,
+    node_comp: IdMap<u32, Arc<str>>,
+    /// `port_name` per (node, device), formatted once.
+    ports: IdMap<(u32, u32), String>,
+    links: IdMap<(u32, u32), usize>,
     journeys: IdMap<JourneyId, Journey>,
     next_journey: JourneyId,
-    by_uid: HashMap<u64, Vec<JourneyId>>,
-    by_size: HashMap<u32, Vec<JourneyId>>,
+    by_uid: IdMap<u64, Vec<JourneyId>>,
+    by_size: IdMap<u32, Vec<JourneyId>>,
     idle_ns: u64,
-    open: HashMap<DevKey, VecDeque<OpenHop>>,
+    open: IdMap<DevKey, VecDeque<OpenHop>>,
     open_count: usize,
     held: VecDeque<(Building, Arc<str>)>,
 }
@@ -130,6 +145,24 @@ fn is_ingress(n: &NetEvent) -> bool {
     }
 }
 
+/// Dotted-quad IPv4 text (what `weft_model::event::fmt_ip` gives) without `format!`.
+fn ip_string(ip: &[u8; 4]) -> String {
+    let mut s = String::with_capacity(15);
+    for (k, &b) in ip.iter().enumerate() {
+        if k > 0 {
+            s.push('.');
+        }
+        if b >= 100 {
+            s.push((b'0' + b / 100) as char);
+        }
+        if b >= 10 {
+            s.push((b'0' + b / 10 % 10) as char);
+        }
+        s.push((b'0' + b % 10) as char);
+    }
+    s
+}
+
 fn transport(p: u8) -> String {
     match p {
         1 => "icmp".to_owned(),
@@ -144,14 +177,15 @@ impl NetWeaver {
         NetWeaver {
             who,
             names: names.clone(),
-            node_comp: HashMap::new(),
-            links: HashMap::new(),
+            node_comp: IdMap::default(),
+            ports: IdMap::default(),
+            links: IdMap::default(),
             journeys: IdMap::default(),
             next_journey: 1,
-            by_uid: HashMap::new(),
-            by_size: HashMap::new(),
+            by_uid: IdMap::default(),
+            by_size: IdMap::default(),
             idle_ns,
-            open: HashMap::new(),
+            open: IdMap::default(),
             open_count: 0,
             held: VecDeque::new(),
         }
@@ -273,11 +307,23 @@ impl NetWeaver {
         }
     }
 
-    fn hop_attrs(&self, b: &mut Building, n: &NetEvent, ingress: bool) {
+    /// [`NetWeaver::port_name`], formatted once per port (bounded by the distinct ports).
+    fn port(&mut self, node: u32, dev: u32) -> String {
+        if let Some(p) = self.ports.get(&(node, dev)) {
+            return p.clone();
+        }
+        let p = self.port_name(node, dev);
+        if self.ports.len() < MAX_JOURNEYS {
+            self.ports.insert((node, dev), p.clone());
+        }
+        p
+    }
+
+    fn hop_attrs(&mut self, b: &mut Building, n: &NetEvent, ingress: bool) {
         b.attr(conv::NET_NODE, int(n.node as u64));
         b.attr(conv::NET_DEVICE, int(n.device as u64));
         b.attr(conv::NET_DEVICE_TYPE, n.device_type.name());
-        b.attr(conv::NET_PORT, self.port_name(n.node, n.device));
+        b.attr(conv::NET_PORT, self.port(n.node, n.device));
         b.attr(conv::NET_DIRECTION, if ingress { "ingress" } else { "egress" });
         if let Some(u) = n.packet_uid {
             b.attr(conv::NET_PACKET_UID, int(u));
@@ -288,8 +334,8 @@ impl NetWeaver {
         b.attr(conv::NET_PAYLOAD_SIZE, int(n.payload_size as u64));
         if let Some(ip) = &n.ipv4 {
             b.attr(conv::NETWORK_PROTOCOL, "ipv4");
-            b.attr(conv::SOURCE_ADDRESS, fmt_ip(&ip.src_ip));
-            b.attr(conv::DESTINATION_ADDRESS, fmt_ip(&ip.dst_ip));
+            b.attr(conv::SOURCE_ADDRESS, ip_string(&ip.src_ip));
+            b.attr(conv::DESTINATION_ADDRESS, ip_string(&ip.dst_ip));
             b.attr(conv::NET_IP_LENGTH, int(ip.length as u64));
             if ip.protocol != 0 {
                 b.attr(conv::NETWORK_TRANSPORT, transport(ip.protocol));
@@ -300,8 +346,8 @@ impl NetWeaver {
             }
         } else if let Some(a) = &n.arp {
             b.attr(conv::NETWORK_PROTOCOL, "arp");
-            b.attr(conv::SOURCE_ADDRESS, fmt_ip(&a.src_ip));
-            b.attr(conv::DESTINATION_ADDRESS, fmt_ip(&a.dst_ip));
+            b.attr(conv::SOURCE_ADDRESS, ip_string(&a.src_ip));
+            b.attr(conv::DESTINATION_ADDRESS, ip_string(&a.dst_ip));
         }
     }
 
@@ -332,7 +378,7 @@ impl NetWeaver {
             (pick.map(|h| h.id), pick.map(|h| h.node))
         };
         let id = cx.asm.open(parent);
-        let mut b = Building::new(id, "NetDevice", ev);
+        let mut b = Building::with_capacity(id, "NetDevice", ev, hop_attr_count(n));
         b.causes.extend(cause.map(|c| c.span));
         self.hop_attrs(&mut b, n, ingress);
         if from_adapter {
@@ -398,7 +444,7 @@ impl NetWeaver {
             });
             let parent = jid.and_then(|j| self.journeys.get(&j)).and_then(|j| j.hops.last()).map(|h| h.id);
             let id = cx.asm.open(parent);
-            let mut b = Building::new(id, "NetDevice", ev);
+            let mut b = Building::with_capacity(id, "NetDevice", ev, hop_attr_count(n));
             self.hop_attrs(&mut b, n, ingress);
             if drop {
                 b.attr(conv::NET_DROP, true);
@@ -468,6 +514,18 @@ impl NetWeaver {
         self.release(u64::MAX, cx);
         while let Some((b, comp)) = self.held.pop_front() {
             cx.close(b, &self.who, &comp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ip_text_is_fmt_ip() {
+        for ip in [[0, 0, 0, 0], [192, 168, 64, 1], [10, 0, 2, 255], [1, 22, 100, 9], [99, 100, 101, 250]] {
+            assert_eq!(ip_string(&ip), weft_model::event::fmt_ip(&ip));
         }
     }
 }

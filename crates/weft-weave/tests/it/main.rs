@@ -7,4 +7,5 @@ mod blkin;
 mod fifo;
 mod golden;
 mod props;
+mod sink;
 mod topology;
