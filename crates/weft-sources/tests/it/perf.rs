@@ -177,3 +177,79 @@ fn bad_configurations_are_clear_errors() {
     let e = UprobeTarget::resolve("/bin/sh:no_such_function_xyz").unwrap_err().to_string();
     assert!(e.contains("no function"), "{e}");
 }
+
+/// The cgroup v2 hierarchy's mount point (`/sys/fs/cgroup` on pure v2 systems,
+/// `/sys/fs/cgroup/unified` on hybrid ones).
+fn cgroup2_root() -> std::path::PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("/proc/self/mounts");
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+        })
+        .expect("no cgroup2 hierarchy mounted (the kernel capture by cgroup needs one)")
+}
+
+#[test]
+fn captures_the_tasks_of_a_cgroup_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = weft_testkit::compile_c("examples/kernel/workload.c", dir.path());
+    let out = dir.path().join("spans.json");
+    let cg = cgroup2_root().join(format!("weft-test-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap_or_else(|e| panic!("create {}: {e}", cg.display()));
+    // The workload joins the cgroup while stopped before exec; the test process stays outside.
+    let argv = vec![bin.display().to_string(), out.display().to_string()];
+    let mut child = StoppedChild::spawn(&argv).expect("fork");
+    std::fs::write(cg.join("cgroup.procs"), child.pid.to_string())
+        .expect("move the workload into the cgroup");
+    let cfg = CaptureConfig { target: Target::Cgroup(cg.clone()), ..CaptureConfig::default() };
+    let mut cap = Capture::open(&cfg).unwrap_or_else(|e| panic!("kernel capture refused: {e}"));
+    cap.enable().expect("enable");
+    child.release().expect("release");
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().is_none() {
+        assert!(Instant::now() < deadline, "workload did not finish in 60 s");
+        cap.poll(Duration::from_millis(50), &mut events).expect("poll");
+        // Syscalls of this (untraced) process while the capture runs.
+        let _ = std::fs::metadata("/proc/self/status");
+    }
+    assert_eq!(child.try_wait(), Some(0), "workload failed");
+    cap.finish(&mut events);
+    let _ = std::fs::remove_dir(&cg);
+    let stats = cap.stats();
+    assert_eq!(stats.lost(), 0, "records lost: {stats:?}");
+    let pid = child.pid;
+    let getppid = syscall_number("getppid").unwrap();
+    let calls = events
+        .iter()
+        .filter_map(kernel)
+        .filter(|k| matches!(k, KernelEvent::SyscallEnter { nr, pid: p, .. } if *nr == getppid && *p == pid))
+        .count();
+    assert_eq!(calls, 1000, "the workload's getppid calls, all of them");
+    // Only tasks of the cgroup: the workload's threads, never this test process.
+    let me = std::process::id();
+    let mut pids: Vec<u32> = events
+        .iter()
+        .filter_map(kernel)
+        .filter_map(|k| match k {
+            KernelEvent::SyscallEnter { pid, .. } | KernelEvent::SyscallExit { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids, vec![pid], "syscalls of tasks outside the cgroup (this test is {me})");
+    // Scheduler switches are kept only when the workload is on one side.
+    assert!(
+        events
+            .iter()
+            .filter_map(kernel)
+            .any(|k| matches!(k, KernelEvent::SchedSwitch { next_tid, .. } if *next_tid == pid))
+    );
+    assert!(events.iter().filter_map(kernel).all(|k| match k {
+        KernelEvent::SchedSwitch { prev_pid, next_pid, .. } => *prev_pid == pid || *next_pid == pid,
+        _ => true,
+    }));
+}
