@@ -210,3 +210,35 @@ fn dependency_window_streams_whole_traces() {
         assert_eq!(seen[&id], v.len());
     }
 }
+
+#[test]
+fn segments_keep_statistics_where_they_prune_and_not_on_text() {
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.append(&spans(7, 200)).unwrap();
+    store.flush().unwrap();
+    let file = std::fs::read_dir(dir.path().join("segments"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-spans.parquet"))
+        .expect("a spans segment");
+    let r = SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
+    let rg = r.metadata().row_group(0);
+    let stats: BTreeMap<String, bool> =
+        rg.columns().iter().map(|c| (c.column_path().string(), c.statistics().is_some())).collect();
+    for pruning in ["trace_id", "span_id", "start_time", "duration_ns", "flags"] {
+        assert_eq!(stats.get(pruning), Some(&true), "{pruning}: {stats:?}");
+    }
+    for none in [
+        "service_name",
+        "name",
+        "attributes.entries.keys",
+        "attributes.entries.values",
+        "resource_attributes.entries.values",
+        "attribute_types",
+    ] {
+        assert_eq!(stats.get(none), Some(&false), "{none}: {stats:?}");
+    }
+}
