@@ -99,18 +99,5 @@ fn run(
 }
 
 fn symbolizer() -> weft_sources::symbols::Symbolizer {
-    use weft_sources::symbols::{LoadOptions, SymbolTable};
-    let k = SymbolTable::from_bytes(
-        weft_weave::synth::kernel_syms().as_bytes(),
-        "linux",
-        &LoadOptions::default(),
-    )
-    .expect("kernel syms");
-    let i = SymbolTable::from_bytes(
-        weft_weave::synth::i40e_syms().as_bytes(),
-        "i40e",
-        &LoadOptions { offset: weft_weave::synth::I40E_BASE, ..LoadOptions::default() },
-    )
-    .expect("i40e syms");
-    weft_sources::symbols::Symbolizer::new(vec![k, i])
+    weft_weave::synth::symbolizer().expect("synthetic symbol tables")
 }

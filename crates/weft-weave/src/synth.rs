@@ -135,6 +135,19 @@ pub fn i40e_syms() -> String {
     s
 }
 
+/// A symbolizer over both tables ([`kernel_syms`] as `linux`, [`i40e_syms`] as `i40e` at
+/// [`I40E_BASE`]), as a topology naming them would load it.
+pub fn symbolizer() -> Result<weft_sources::symbols::Symbolizer, String> {
+    use weft_sources::symbols::{LoadOptions, SymbolTable, Symbolizer};
+    let k = SymbolTable::from_bytes(kernel_syms().as_bytes(), "linux", &LoadOptions::default())?;
+    let i = SymbolTable::from_bytes(
+        i40e_syms().as_bytes(),
+        "i40e",
+        &LoadOptions { offset: I40E_BASE, ..LoadOptions::default() },
+    )?;
+    Ok(Symbolizer::new(vec![k, i]))
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Side {
     Client,
