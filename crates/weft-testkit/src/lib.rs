@@ -7,13 +7,16 @@
 //! * [`peers_dir`], [`python`], [`node_modules`]: the real peers `.ci/test` installs (the
 //!   OpenTelemetry Python SDK, py_zipkin, ns-3, playwright-core, ...);
 //! * [`free_port`]: a loopback port nobody listens on;
-//! * [`lttng`]: real LTTng-UST recordings of weft's test program (every field type, BlkKin).
+//! * [`lttng`]: real LTTng-UST recordings of weft's test program (every field type, BlkKin);
+//! * `cpu` (feature `criterion`): criterion benchmarks timed in the thread's CPU time.
 //!
 //! A test that needs a peer **fails** with a message naming `.ci/test` when the peer is
 //! missing — it never skips silently.
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "criterion")]
+pub mod cpu;
 pub mod lttng;
 
 /// The `shared/` directory beside the repository: `$WEFT_SHARED`, else the first `shared`

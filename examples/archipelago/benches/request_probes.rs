@@ -6,15 +6,18 @@
 //! (`server_spans_only`: the server spans then chain directly), and with nothing but the
 //! disabled checks (`disabled_only`; `--no-default-features` leaves nothing at all).
 //!
+//! Time is the benchmark thread's CPU time (`weft_testkit::cpu::ThreadCpu`), comparable with
+//! the tiers' CPU time per request.
+//!
 //! `cargo bench -p archipelago --bench request_probes`; divide by the tiers' CPU time per
 //! request that `archipelago run` prints (`tier_cpu_us/op`) for the instrumentation's share.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
-use std::time::{Duration, Instant};
 use weft_probe::consumer::Segment;
 use weft_probe::value::KeyedValue;
 use weft_probe::{Context, SpanKind, event, tracepoint};
+use weft_testkit::cpu::{ThreadCpu, thread_cpu_ns};
 
 tracepoint!(static SERVER = "benchreq.server", Info, group = "benchreq", flags = [span, default_on]);
 tracepoint!(static CLIENT = "benchreq.client", Info, group = "benchreq", flags = [span, default_on]);
@@ -48,7 +51,7 @@ fn request(incoming: Option<&str>, spans: bool, client_spans: bool) -> Option<St
     carrier
 }
 
-fn bench(c: &mut Criterion) {
+fn bench(c: &mut Criterion<ThreadCpu>) {
     let d = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     weft_probe::init(weft_probe::Config {
@@ -60,15 +63,15 @@ fn bench(c: &mut Criterion) {
     });
     let mut seg = Segment::open(&weft_probe::segment::segment_path().expect("segment")).expect("attach");
     let mut timed = |iters: u64, spans: bool, client: bool| {
-        let mut total = Duration::ZERO;
+        let mut total = 0u64;
         let mut left = iters;
         while left > 0 {
             let n = left.min(2000);
-            let t = Instant::now();
+            let t = thread_cpu_ns();
             for _ in 0..n {
                 black_box(request(None, spans, client));
             }
-            total += t.elapsed();
+            total += thread_cpu_ns().saturating_sub(t);
             seg.drain(|_| {});
             left -= n;
         }
@@ -81,5 +84,9 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpu::default());
+    targets = bench
+}
 criterion_main!(benches);
