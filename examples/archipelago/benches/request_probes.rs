@@ -1,8 +1,8 @@
 //! What the default tracepoint set costs one archipelago request, measured alone: the probe
 //! calls the four tiers make for one 4 KiB write (per tier: extract the caller's `traceparent`,
 //! a server span with a key/value, a client span around the call to the next tier and the
-//! `traceparent` it sends; the disabled tracepoints on the way), with the rings drained between
-//! timed batches. In the same run: the same path with the client spans switched off
+//! `traceparent` it sends, the server span's `traceparent` in the reply; the disabled
+//! tracepoints on the way), with the rings drained between timed batches. In the same run: the same path with the client spans switched off
 //! (`server_spans_only`: the server spans then chain directly), and with nothing but the
 //! disabled checks (`disabled_only`; `--no-default-features` leaves nothing at all).
 //!
@@ -47,6 +47,8 @@ fn request(incoming: Option<&str>, spans: bool, client_spans: bool) -> Option<St
                 carrier = s.context().map(|x| x.to_traceparent());
             }
         }
+        // every tier puts its server span's traceparent into its reply
+        black_box(s.context().map(|x| x.to_traceparent()));
     }
     carrier
 }
