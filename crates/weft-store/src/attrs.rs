@@ -32,16 +32,48 @@ pub(crate) struct AttrColumns {
     tags: String,
 }
 
+/// How much an attribute column will hold: rows, entries, key bytes, value text bytes.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct AttrSize {
+    rows: usize,
+    entries: usize,
+    key_bytes: usize,
+    value_bytes: usize,
+}
+
+impl AttrSize {
+    /// Counts one row of `attrs` (value text estimated: exact for strings, 24 bytes for
+    /// numbers, JSON and bytes — an estimate only sizes buffers, it never limits them).
+    pub fn add(&mut self, attrs: &Attributes) {
+        self.rows += 1;
+        self.entries += attrs.len();
+        for kv in attrs.iter() {
+            self.key_bytes += kv.key.len();
+            self.value_bytes += match &kv.value {
+                Value::Str(s) => s.len(),
+                _ => 24,
+            };
+        }
+    }
+}
+
 impl AttrColumns {
     pub fn with_capacity(rows: usize) -> Self {
+        Self::sized(AttrSize { rows, ..AttrSize::default() })
+    }
+
+    /// Builders sized up front for `size` (growing them as rows arrive copied every buffer
+    /// several times over: a measurable share of the span → Arrow conversion).
+    pub fn sized(size: AttrSize) -> Self {
+        let entries = size.entries.max(16);
         AttrColumns {
             map: MapBuilder::with_capacity(
                 Some(crate::schema::map_field_names()),
-                StringBuilder::new(),
-                StringBuilder::new(),
-                rows,
+                StringBuilder::with_capacity(entries, size.key_bytes.max(64)),
+                StringBuilder::with_capacity(entries, size.value_bytes.max(64)),
+                size.rows,
             ),
-            types: StringBuilder::with_capacity(rows, rows * 4),
+            types: StringBuilder::with_capacity(size.rows, size.entries.max(size.rows)),
             text: String::new(),
             tags: String::new(),
         }
@@ -52,8 +84,14 @@ impl AttrColumns {
         self.tags.clear();
         for kv in attrs.iter() {
             self.map.keys().append_value(&kv.key);
-            self.tags.push(encode_value(&kv.value, &mut self.text));
-            self.map.values().append_value(&self.text);
+            if let Value::Str(s) = &kv.value {
+                // Strings go in as they are, without the detour through `text`.
+                self.tags.push('s');
+                self.map.values().append_value(s);
+            } else {
+                self.tags.push(encode_value(&kv.value, &mut self.text));
+                self.map.values().append_value(&self.text);
+            }
         }
         // MapBuilder::append only fails when keys and values differ in length, which the loop
         // above rules out.

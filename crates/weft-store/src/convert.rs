@@ -12,7 +12,7 @@ use weft_model::{
     StatusCode, TraceId, Value,
 };
 
-use crate::attrs::{AttrColumns, read_attrs};
+use crate::attrs::{AttrColumns, AttrSize, read_attrs};
 use crate::error::{Result, StoreError};
 use crate::schema;
 
@@ -38,28 +38,42 @@ fn fsb(capacity: usize, width: i32) -> FixedSizeBinaryBuilder {
 /// Converts spans to record batches of `spans`, `span_events` and `span_links`.
 pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let n = spans.len();
+    // One cheap pass first, so that every builder is allocated once at its final size.
+    let (mut sz_attrs, mut sz_res, mut sz_scope, mut sz_ev) =
+        (AttrSize::default(), AttrSize::default(), AttrSize::default(), AttrSize::default());
+    let (mut name_bytes, mut ev_name_bytes) = (0, 0);
+    for s in spans {
+        sz_attrs.add(&s.attributes);
+        sz_res.add(&s.resource.attributes);
+        sz_scope.add(&s.scope.attributes);
+        name_bytes += s.name.len();
+        for e in &s.events {
+            sz_ev.add(&e.attributes);
+            ev_name_bytes += e.name.len();
+        }
+    }
     let mut trace_id = fsb(n, 16);
     let mut span_id = fsb(n, 8);
     let mut parent = fsb(n, 8);
     let mut trace_state = StringBuilder::with_capacity(n, 0);
     let mut flags = UInt32Builder::with_capacity(n);
-    let mut name = StringBuilder::with_capacity(n, n * 16);
+    let mut name = StringBuilder::with_capacity(n, name_bytes);
     let mut kind = StringBuilder::with_capacity(n, n * 6);
     let mut start = Vec::with_capacity(n);
     let mut duration = Vec::with_capacity(n);
     let mut status_code = StringBuilder::with_capacity(n, n * 5);
     let mut status_msg = StringBuilder::with_capacity(n, 0);
-    let mut service = StringBuilder::with_capacity(n, n * 8);
-    let mut attrs = AttrColumns::with_capacity(n);
+    let mut service = StringBuilder::with_capacity(n, n * 16);
+    let mut attrs = AttrColumns::sized(sz_attrs);
     let mut dropped_attrs = UInt32Builder::with_capacity(n);
     let mut dropped_events = UInt32Builder::with_capacity(n);
     let mut dropped_links = UInt32Builder::with_capacity(n);
-    let mut res_attrs = AttrColumns::with_capacity(n);
+    let mut res_attrs = AttrColumns::sized(sz_res);
     let mut res_dropped = UInt32Builder::with_capacity(n);
     let mut res_schema = StringBuilder::with_capacity(n, 0);
     let mut scope_name = StringBuilder::with_capacity(n, n * 8);
     let mut scope_version = StringBuilder::with_capacity(n, n * 4);
-    let mut scope_attrs = AttrColumns::with_capacity(n);
+    let mut scope_attrs = AttrColumns::sized(sz_scope);
     let mut scope_dropped = UInt32Builder::with_capacity(n);
     let mut scope_schema = StringBuilder::with_capacity(n, 0);
 
@@ -67,8 +81,8 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let mut ev_trace = fsb(n_events, 16);
     let mut ev_span = fsb(n_events, 8);
     let mut ev_time = Vec::with_capacity(n_events);
-    let mut ev_name = StringBuilder::with_capacity(n_events, n_events * 8);
-    let mut ev_attrs = AttrColumns::with_capacity(n_events);
+    let mut ev_name = StringBuilder::with_capacity(n_events, ev_name_bytes);
+    let mut ev_attrs = AttrColumns::sized(sz_ev);
     let mut ev_dropped = UInt32Builder::with_capacity(n_events);
 
     let n_links: usize = spans.iter().map(|s| s.links.len()).sum();

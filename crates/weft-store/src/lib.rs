@@ -469,7 +469,13 @@ impl Store {
         }
         self.inner.check_writable(spans.len() as u64)?;
         let batches = spans_to_batches(spans)?;
-        let mut payload = Vec::with_capacity(batches.spans.get_array_memory_size() / 2 + 1024);
+        // The IPC streams are about the size of the Arrow buffers: reserve that once instead of
+        // growing the payload (each regrowth copied it and faulted in fresh pages).
+        let arrow_bytes = [&batches.spans, &batches.events, &batches.links]
+            .iter()
+            .map(|b| b.get_array_memory_size())
+            .sum::<usize>();
+        let mut payload = Vec::with_capacity(arrow_bytes + 16 * 1024);
         wal::encode_spans(&batches, &mut payload)?;
         self.inner.commit(&payload, |m| m.push_spans(batches))?;
         self.inner.metrics.spans_appended.fetch_add(spans.len() as u64, Ordering::Relaxed);

@@ -18,13 +18,15 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
-    Array, FixedSizeBinaryArray, RecordBatch, TimestampNanosecondArray, UInt32Array,
+    Array, ArrayRef, FixedSizeBinaryArray, RecordBatch, TimestampNanosecondArray,
 };
-use datafusion::arrow::compute::{concat_batches, take_record_batch};
+use datafusion::arrow::buffer::{BooleanBuffer, Buffer, NullBuffer};
+use datafusion::arrow::compute::interleave;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
@@ -102,7 +104,6 @@ fn props(table: usize, o: &WriteOptions) -> Result<WriterProperties> {
     // sorted by trace id, so every page and row group holds nearly every value and min/max
     // prune nothing, while computing them was ~15 % of a durable ingest's CPU (two string
     // comparisons per value). Statistics stay on ids, times and numbers.
-    use datafusion::arrow::datatypes::DataType;
     for f in crate::schema::schema_of(table).fields() {
         let n = f.name();
         match f.data_type() {
@@ -134,33 +135,105 @@ fn props(table: usize, o: &WriteOptions) -> Result<WriterProperties> {
     Ok(b.build())
 }
 
-/// Sort permutation: by trace id (then start time for spans), or by time for raw events.
-/// Stable, so span events and links keep their order within a span.
-fn sort_indices(table: usize, batch: &RecordBatch) -> Result<UInt32Array> {
-    let n = batch.num_rows();
-    let mut idx: Vec<u32> = (0..n as u32).collect();
+/// Rows per chunk gathered into sorted order and handed to the Parquet writer: big enough to
+/// amortise the per-call work, small enough that a chunk is still in cache when it is encoded.
+const WRITE_CHUNK_ROWS: usize = 16 * 1024;
+
+/// Sort order of the rows of `batches` as (batch, row) pairs: by trace id (then start time for
+/// spans), or by time for raw events. Ties keep their input order (span events and links stay
+/// in order within a span), because the (batch, row) position is the last sort key.
+///
+/// The keys are extracted once into plain integers (a trace id read big-endian as a `u128`
+/// orders like its bytes), so the sort compares integers instead of slicing Arrow arrays.
+fn sort_order(table: usize, batches: &[&RecordBatch]) -> Result<Vec<(usize, usize)>> {
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let pos = |b: usize, r: usize| ((b as u64) << 32) | r as u64;
+    let unpos = |p: u64| ((p >> 32) as usize, (p & 0xffff_ffff) as usize);
     if table == crate::memtable::T_EVENTS {
-        let t = time_col(batch, "time")?;
-        let v = t.values();
-        idx.sort_by_key(|&i| v[i as usize] as u64);
-    } else {
-        let ids = batch
-            .column_by_name("trace_id")
-            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
-            .ok_or_else(|| StoreError::Decode("trace_id column missing".into()))?;
-        if table == crate::memtable::T_SPANS {
-            let t = time_col(batch, "start_time")?;
-            let v = t.values();
-            idx.sort_by(|&a, &b| {
-                ids.value(a as usize)
-                    .cmp(ids.value(b as usize))
-                    .then((v[a as usize] as u64).cmp(&(v[b as usize] as u64)))
-            });
-        } else {
-            idx.sort_by(|&a, &b| ids.value(a as usize).cmp(ids.value(b as usize)));
+        let mut keys: Vec<(u64, u64)> = Vec::with_capacity(rows);
+        for (bi, b) in batches.iter().enumerate() {
+            let t = time_col(b, "time")?;
+            keys.extend(t.values().iter().enumerate().map(|(r, &v)| (v as u64, pos(bi, r))));
         }
+        keys.sort_unstable();
+        return Ok(keys.into_iter().map(|(_, p)| unpos(p)).collect());
     }
-    Ok(UInt32Array::from(idx))
+    let ids = |b: &'_ RecordBatch| -> Result<FixedSizeBinaryArray> {
+        b.column_by_name("trace_id")
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+            .filter(|a| a.value_length() == 16)
+            .cloned()
+            .ok_or_else(|| StoreError::Decode("trace_id column missing or not 16 bytes wide".into()))
+    };
+    let id_keys = |a: &FixedSizeBinaryArray| -> Vec<u128> {
+        a.value_data()
+            .chunks_exact(16)
+            .map(|c| {
+                let mut k = [0u8; 16];
+                k.copy_from_slice(c);
+                u128::from_be_bytes(k)
+            })
+            .collect()
+    };
+    if table == crate::memtable::T_SPANS {
+        let mut keys: Vec<(u128, u64, u64)> = Vec::with_capacity(rows);
+        for (bi, b) in batches.iter().enumerate() {
+            let id = id_keys(&ids(b)?);
+            let t = time_col(b, "start_time")?.values();
+            keys.extend(
+                id.into_iter().zip(t.iter()).enumerate().map(|(r, (k, &v))| (k, v as u64, pos(bi, r))),
+            );
+        }
+        keys.sort_unstable();
+        Ok(keys.into_iter().map(|(_, _, p)| unpos(p)).collect())
+    } else {
+        let mut keys: Vec<(u128, u64)> = Vec::with_capacity(rows);
+        for (bi, b) in batches.iter().enumerate() {
+            let id = id_keys(&ids(b)?);
+            keys.extend(id.into_iter().enumerate().map(|(r, k)| (k, pos(bi, r))));
+        }
+        keys.sort_unstable();
+        Ok(keys.into_iter().map(|(_, p)| unpos(p)).collect())
+    }
+}
+
+/// Gathers the rows `order` of `batches` (one schema) into a new batch of `schema`.
+fn gather(schema: &SchemaRef, batches: &[&RecordBatch], order: &[(usize, usize)]) -> Result<RecordBatch> {
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for i in 0..schema.fields().len() {
+        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
+        columns.push(match arrays[0].data_type() {
+            DataType::FixedSizeBinary(w) => gather_fsb(&arrays, order, *w)?,
+            _ => interleave(&arrays, order)?,
+        });
+    }
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// [`interleave`] for fixed-size binary columns (ids), whose generic path copies row by row
+/// through `MutableArrayData`.
+fn gather_fsb(arrays: &[&dyn Array], order: &[(usize, usize)], width: i32) -> Result<ArrayRef> {
+    let typed: Vec<&FixedSizeBinaryArray> = arrays
+        .iter()
+        .map(|a| {
+            a.as_any()
+                .downcast_ref::<FixedSizeBinaryArray>()
+                .filter(|a| a.value_length() == width)
+                .ok_or_else(|| StoreError::Decode("fixed-size binary columns differ".into()))
+        })
+        .collect::<Result<_>>()?;
+    let w = usize::try_from(width).map_err(|_| StoreError::Decode(format!("binary width {width}")))?;
+    let mut data: Vec<u8> = Vec::with_capacity(order.len() * w);
+    for &(b, r) in order {
+        data.extend_from_slice(typed[b].value(r));
+    }
+    let nulls = if typed.iter().any(|a| a.null_count() > 0) {
+        let valid: BooleanBuffer = order.iter().map(|&(b, r)| typed[b].is_valid(r)).collect();
+        Some(NullBuffer::new(valid))
+    } else {
+        None
+    };
+    Ok(Arc::new(FixedSizeBinaryArray::try_new(width, Buffer::from_vec(data), nulls)?))
 }
 
 fn time_col<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a TimestampNanosecondArray> {
@@ -193,22 +266,29 @@ pub(crate) fn write_segment(
     let mut files = Vec::new();
     let mut mem_bytes = 0u64;
     for (t, batches) in tables.iter().enumerate() {
+        let batches: Vec<&RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).collect();
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         if rows == 0 {
             continue;
         }
         let schema = schema::schema_of(t);
-        let all = concat_batches(&schema, batches)?;
-        mem_bytes += all.get_array_memory_size() as u64;
-        let sorted = take_record_batch(&all, &sort_indices(t, &all)?)?;
-        drop(all);
-        let (min_t, max_t) = time_range(t, &sorted);
+        // Sorted rows are gathered straight from the buffered batches, a chunk at a time, and
+        // written: no concatenated copy of the whole flush, and each chunk is encoded while
+        // it is still in cache.
+        let order = sort_order(t, &batches)?;
         let name = file_name(id, TABLE_NAMES[t]);
         let path = seg_dir.join(&name);
         let file = File::create(&path).map_err(io_err("create", &path))?;
-        let mut w = ArrowWriter::try_new(file, schema, Some(props(t, o)?))
+        let mut w = ArrowWriter::try_new(file, schema.clone(), Some(props(t, o)?))
             .map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
-        w.write(&sorted).map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
+        let (mut min_t, mut max_t) = (u64::MAX, 0u64);
+        for part in order.chunks(WRITE_CHUNK_ROWS) {
+            let chunk = gather(&schema, &batches, part)?;
+            mem_bytes += chunk.get_array_memory_size() as u64;
+            let (lo, hi) = time_range(t, &chunk);
+            (min_t, max_t) = (min_t.min(lo), max_t.max(hi));
+            w.write(&chunk).map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
+        }
         let file = w.into_inner().map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
         file.sync_all().map_err(io_err("fsync", &path))?;
         let bytes = file.metadata().map_err(io_err("stat", &path))?.len();

@@ -242,3 +242,68 @@ fn segments_keep_statistics_where_they_prune_and_not_on_text() {
         assert_eq!(stats.get(none), Some(&false), "{none}: {stats:?}");
     }
 }
+
+/// Reads every row of the segment file of `table` in `dir` (exactly one segment expected).
+fn segment_rows(dir: &std::path::Path, table: &str) -> datafusion::arrow::array::RecordBatch {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(&format!("-{table}.parquet")))
+        .expect("a segment file");
+    let r = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(file).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<_> = r.map(Result::unwrap).collect();
+    datafusion::arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+#[test]
+fn a_flush_of_many_appends_is_sorted_and_keeps_event_order() {
+    use datafusion::arrow::array::{FixedSizeBinaryArray, TimestampNanosecondArray};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // Many small appends (several coalesced runs and leftovers), so the flush merges batches.
+    let all = spans(11, 30_000);
+    for chunk in all.chunks(97) {
+        store.append(chunk).unwrap();
+    }
+    store.flush().unwrap();
+    let b = segment_rows(dir.path(), "spans");
+    assert_eq!(b.num_rows(), all.len());
+    let ids = b.column_by_name("trace_id").unwrap().as_any().downcast_ref::<FixedSizeBinaryArray>().unwrap();
+    let start =
+        b.column_by_name("start_time").unwrap().as_any().downcast_ref::<TimestampNanosecondArray>().unwrap();
+    for i in 1..b.num_rows() {
+        let (prev, cur) =
+            ((ids.value(i - 1), start.value(i - 1) as u64), (ids.value(i), start.value(i) as u64));
+        assert!(prev <= cur, "row {i} out of order");
+    }
+    // Span events: grouped by trace, and within a span in the order they were sent.
+    let e = segment_rows(dir.path(), "span_events");
+    let want: usize = all.iter().map(|s| s.events.len()).sum();
+    assert!(want > 0);
+    assert_eq!(e.num_rows(), want);
+    let eids = e.column_by_name("trace_id").unwrap().as_any().downcast_ref::<FixedSizeBinaryArray>().unwrap();
+    let espan = e.column_by_name("span_id").unwrap().as_any().downcast_ref::<FixedSizeBinaryArray>().unwrap();
+    let etime =
+        e.column_by_name("time").unwrap().as_any().downcast_ref::<TimestampNanosecondArray>().unwrap();
+    let mut got: BTreeMap<(Vec<u8>, Vec<u8>), Vec<u64>> = BTreeMap::new();
+    for i in 0..e.num_rows() {
+        assert!(i == 0 || eids.value(i - 1) <= eids.value(i), "event row {i} out of order");
+        got.entry((eids.value(i).to_vec(), espan.value(i).to_vec())).or_default().push(etime.value(i) as u64);
+    }
+    for s in &all {
+        if s.events.is_empty() {
+            continue;
+        }
+        let sent: Vec<u64> = s.events.iter().map(|e| e.time_ns).collect();
+        assert_eq!(got.get(&(s.trace_id.0.to_vec(), s.span_id.0.to_vec())), Some(&sent));
+    }
+    // And everything reads back.
+    let back = canon(store.trace(all[0].trace_id).unwrap());
+    let sent = canon(all.iter().filter(|s| s.trace_id == all[0].trace_id).cloned().collect());
+    assert_eq!(back, sent);
+}
