@@ -84,14 +84,9 @@ impl AttrColumns {
         self.tags.clear();
         for kv in attrs.iter() {
             self.map.keys().append_value(&kv.key);
-            if let Value::Str(s) = &kv.value {
-                // Strings go in as they are, without the detour through `text`.
-                self.tags.push('s');
-                self.map.values().append_value(s);
-            } else {
-                self.tags.push(encode_value(&kv.value, &mut self.text));
-                self.map.values().append_value(&self.text);
-            }
+            let (tag, text) = encode_value(&kv.value, &mut self.text);
+            self.tags.push(tag);
+            self.map.values().append_value(text);
         }
         // MapBuilder::append only fails when keys and values differ in length, which the loop
         // above rules out.
@@ -100,15 +95,13 @@ impl AttrColumns {
     }
 }
 
-/// Writes the text form of `v` into `out` (cleared first) and returns its type tag.
-pub(crate) fn encode_value(v: &Value, out: &mut String) -> char {
+/// The type tag and text form of `v`: a string is its own text (no copy); other values are
+/// written into `out` (cleared first), which the text then borrows.
+pub(crate) fn encode_value<'a>(v: &'a Value, out: &'a mut String) -> (char, &'a str) {
     use std::fmt::Write;
     out.clear();
-    match v {
-        Value::Str(s) => {
-            out.push_str(s);
-            's'
-        }
+    let tag = match v {
+        Value::Str(s) => return ('s', s),
         Value::I64(i) => {
             let _ = write!(out, "{i}");
             'i'
@@ -134,7 +127,8 @@ pub(crate) fn encode_value(v: &Value, out: &mut String) -> char {
             'm'
         }
         Value::Empty => 'e',
-    }
+    };
+    (tag, out)
 }
 
 /// Inverse of [`encode_value`].
@@ -218,8 +212,8 @@ mod tests {
 
     fn rt(v: Value) -> Value {
         let mut s = String::new();
-        let tag = encode_value(&v, &mut s);
-        decode_value(tag, &s).unwrap()
+        let (tag, text) = encode_value(&v, &mut s);
+        decode_value(tag, text).unwrap()
     }
 
     #[test]

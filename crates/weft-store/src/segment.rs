@@ -146,55 +146,50 @@ const WRITE_CHUNK_ROWS: usize = 16 * 1024;
 /// The keys are extracted once into plain integers (a trace id read big-endian as a `u128`
 /// orders like its bytes), so the sort compares integers instead of slicing Arrow arrays.
 fn sort_order(table: usize, batches: &[&RecordBatch]) -> Result<Vec<(usize, usize)>> {
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    let pos = |b: usize, r: usize| ((b as u64) << 32) | r as u64;
-    let unpos = |p: u64| ((p >> 32) as usize, (p & 0xffff_ffff) as usize);
-    if table == crate::memtable::T_EVENTS {
-        let mut keys: Vec<(u64, u64)> = Vec::with_capacity(rows);
-        for (bi, b) in batches.iter().enumerate() {
-            let t = time_col(b, "time")?;
-            keys.extend(t.values().iter().enumerate().map(|(r, &v)| (v as u64, pos(bi, r))));
+    match table {
+        crate::memtable::T_EVENTS => {
+            order_by(batches, |b| Ok(time_col(b, "time")?.values().iter().map(|&v| v as u64).collect()))
         }
-        keys.sort_unstable();
-        return Ok(keys.into_iter().map(|(_, p)| unpos(p)).collect());
-    }
-    let ids = |b: &'_ RecordBatch| -> Result<FixedSizeBinaryArray> {
-        b.column_by_name("trace_id")
-            .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
-            .filter(|a| a.value_length() == 16)
-            .cloned()
-            .ok_or_else(|| StoreError::Decode("trace_id column missing or not 16 bytes wide".into()))
-    };
-    let id_keys = |a: &FixedSizeBinaryArray| -> Vec<u128> {
-        a.value_data()
-            .chunks_exact(16)
-            .map(|c| {
-                let mut k = [0u8; 16];
-                k.copy_from_slice(c);
-                u128::from_be_bytes(k)
-            })
-            .collect()
-    };
-    if table == crate::memtable::T_SPANS {
-        let mut keys: Vec<(u128, u64, u64)> = Vec::with_capacity(rows);
-        for (bi, b) in batches.iter().enumerate() {
-            let id = id_keys(&ids(b)?);
+        crate::memtable::T_SPANS => order_by(batches, |b| {
             let t = time_col(b, "start_time")?.values();
-            keys.extend(
-                id.into_iter().zip(t.iter()).enumerate().map(|(r, (k, &v))| (k, v as u64, pos(bi, r))),
-            );
-        }
-        keys.sort_unstable();
-        Ok(keys.into_iter().map(|(_, _, p)| unpos(p)).collect())
-    } else {
-        let mut keys: Vec<(u128, u64)> = Vec::with_capacity(rows);
-        for (bi, b) in batches.iter().enumerate() {
-            let id = id_keys(&ids(b)?);
-            keys.extend(id.into_iter().enumerate().map(|(r, k)| (k, pos(bi, r))));
-        }
-        keys.sort_unstable();
-        Ok(keys.into_iter().map(|(_, p)| unpos(p)).collect())
+            Ok(trace_id_keys(b)?.into_iter().zip(t.iter().map(|&v| v as u64)).collect())
+        }),
+        _ => order_by(batches, trace_id_keys),
     }
+}
+
+/// The (batch, row) positions of `batches` ordered by `keys_of` (one key per row), ties in
+/// input order.
+fn order_by<K: Ord>(
+    batches: &[&RecordBatch],
+    keys_of: impl Fn(&RecordBatch) -> Result<Vec<K>>,
+) -> Result<Vec<(usize, usize)>> {
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let mut keys: Vec<(K, u64)> = Vec::with_capacity(rows);
+    for (bi, b) in batches.iter().enumerate() {
+        let pos = (bi as u64) << 32;
+        keys.extend(keys_of(b)?.into_iter().enumerate().map(|(r, k)| (k, pos | r as u64)));
+    }
+    keys.sort_unstable();
+    Ok(keys.into_iter().map(|(_, p)| ((p >> 32) as usize, (p & 0xffff_ffff) as usize)).collect())
+}
+
+/// The trace ids of a span-table batch as `u128` sort keys.
+fn trace_id_keys(b: &RecordBatch) -> Result<Vec<u128>> {
+    let ids = b
+        .column_by_name("trace_id")
+        .and_then(|c| c.as_any().downcast_ref::<FixedSizeBinaryArray>())
+        .filter(|a| a.value_length() == 16)
+        .ok_or_else(|| StoreError::Decode("trace_id column missing or not 16 bytes wide".into()))?;
+    Ok(ids
+        .value_data()
+        .chunks_exact(16)
+        .map(|c| {
+            let mut k = [0u8; 16];
+            k.copy_from_slice(c);
+            u128::from_be_bytes(k)
+        })
+        .collect())
 }
 
 /// Gathers the rows `order` of `batches` (one schema) into a new batch of `schema`.
