@@ -87,7 +87,7 @@ fn decode(c: &mut Criterion<ThreadCpu>) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default().with_measurement(ThreadCpu::elements("spans"));
+    config = Criterion::default().with_measurement(ThreadCpu::spans());
     targets = decode
 }
 criterion_main!(benches);

@@ -49,11 +49,8 @@ fn fast_traceparent(b: &[u8]) -> Option<Context> {
     if b.len() != 55 || &b[..3] != b"00-" || b[35] != b'-' || b[52] != b'-' {
         return None;
     }
-    let t = ((hex8(&b[3..11])? as u128) << 96)
-        | ((hex8(&b[11..19])? as u128) << 64)
-        | ((hex8(&b[19..27])? as u128) << 32)
-        | hex8(&b[27..35])? as u128;
-    let span_id = ((hex8(&b[36..44])? as u64) << 32) | hex8(&b[44..52])? as u64;
+    let t = hex_digits(&b[3..35])?;
+    let span_id = hex_digits(&b[36..52])? as u64;
     let flags = (hex_digit(b[53])? << 4) | hex_digit(b[54])?;
     (t != 0 && span_id != 0).then_some(Context { trace_id: t, span_id, sampled: flags & 1 != 0 })
 }
@@ -93,6 +90,21 @@ fn hex8(b: &[u8]) -> Option<u32> {
     Some(((v | (v >> 16)) & 0xffff_ffff) as u32)
 }
 
+/// A multiple of eight lower-case hex digits (at most 32), eight at a time.
+#[inline]
+fn hex_digits(b: &[u8]) -> Option<u128> {
+    b.chunks_exact(8).try_fold(0u128, |v, c| Some((v << 32) | hex8(c)? as u128))
+}
+
+/// The low `out.len()` hex digits of `v` (a multiple of eight, at most 32), eight at a time.
+#[inline]
+fn put_hex_digits(out: &mut [u8], v: u128) {
+    let n = out.len() / 8;
+    for (i, c) in out.chunks_exact_mut(8).enumerate() {
+        put_hex8(c, (v >> (32 * (n - 1 - i))) as u32);
+    }
+}
+
 /// The eight lower-case hex digits of `v` (most significant first), all at once.
 #[inline]
 fn put_hex8(out: &mut [u8], v: u32) {
@@ -127,13 +139,9 @@ impl Context {
         b[0] = b'0';
         b[1] = b'0';
         b[2] = b'-';
-        put_hex8(&mut b[3..11], (self.trace_id >> 96) as u32);
-        put_hex8(&mut b[11..19], (self.trace_id >> 64) as u32);
-        put_hex8(&mut b[19..27], (self.trace_id >> 32) as u32);
-        put_hex8(&mut b[27..35], self.trace_id as u32);
+        put_hex_digits(&mut b[3..35], self.trace_id);
         b[35] = b'-';
-        put_hex8(&mut b[36..44], (self.span_id >> 32) as u32);
-        put_hex8(&mut b[44..52], self.span_id as u32);
+        put_hex_digits(&mut b[36..52], self.span_id as u128);
         b[52] = b'-';
         b[53] = b'0';
         b[54] = if self.sampled { b'1' } else { b'0' };

@@ -34,23 +34,26 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// Criterion measurement: CPU time of the benchmark thread, in ns. Values print as
-/// `ns cpu`, `µs cpu`, …; element throughputs as `elem/s (cpu)` with the unit name given to
-/// [`ThreadCpu::elements`] (default `elem`).
+/// `ns cpu`, `µs cpu`, …; element throughputs as `elem/s (cpu)`, or `spans/s (cpu)` with
+/// [`ThreadCpu::spans`].
 #[derive(Debug, Clone, Copy)]
 pub struct ThreadCpu {
-    elements: &'static str,
+    /// Units of `Throughput::Elements` per second: ×1, ×10³, ×10⁶, ×10⁹.
+    element_units: [&'static str; 4],
 }
 
 impl Default for ThreadCpu {
     fn default() -> Self {
-        ThreadCpu { elements: "elem" }
+        ThreadCpu { element_units: [" elem/s (cpu)", "K elem/s (cpu)", "M elem/s (cpu)", "G elem/s (cpu)"] }
     }
 }
 
 impl ThreadCpu {
-    /// Name the elements of `Throughput::Elements` (e.g. `"spans"`).
-    pub fn elements(name: &'static str) -> ThreadCpu {
-        ThreadCpu { elements: name }
+    /// Element throughputs counted in spans.
+    pub fn spans() -> ThreadCpu {
+        ThreadCpu {
+            element_units: [" spans/s (cpu)", "K spans/s (cpu)", "M spans/s (cpu)", "G spans/s (cpu)"],
+        }
     }
 }
 
@@ -77,47 +80,29 @@ impl Measurement for ThreadCpu {
     }
 }
 
-/// Scales `values` (ns per `count` items) to items per second in the unit that fits `typical_ns`.
-fn per_second(count: f64, typical_ns: f64, values: &mut [f64]) -> (f64, usize) {
+/// Scales `values` (ns per `count` items) to items per second in the unit that fits
+/// `typical_ns`; returns the unit's index (×1, ×10³, ×10⁶, ×10⁹).
+fn per_second(count: f64, typical_ns: f64, values: &mut [f64]) -> usize {
     let rate = count * 1e9 / typical_ns;
-    let (div, idx) = if rate < 1e3 {
-        (1.0, 0)
-    } else if rate < 1e6 {
-        (1e3, 1)
-    } else if rate < 1e9 {
-        (1e6, 2)
-    } else {
-        (1e9, 3)
-    };
+    let idx = [1e3, 1e6, 1e9].iter().take_while(|&&limit| rate >= limit).count();
+    let div = [1.0, 1e3, 1e6, 1e9][idx];
     for v in values {
         *v = count * 1e9 / *v / div;
     }
-    (div, idx)
+    idx
 }
 
 impl ValueFormatter for ThreadCpu {
     fn scale_throughputs(&self, typical: f64, throughput: &Throughput, values: &mut [f64]) -> &'static str {
         match *throughput {
             Throughput::Bytes(b) | Throughput::BytesDecimal(b) => {
-                let (_, i) = per_second(b as f64, typical, values);
-                [" B/s (cpu)", "KB/s (cpu)", "MB/s (cpu)", "GB/s (cpu)"][i]
+                [" B/s (cpu)", "KB/s (cpu)", "MB/s (cpu)", "GB/s (cpu)"]
+                    [per_second(b as f64, typical, values)]
             }
-            Throughput::Bits(b) => {
-                let (_, i) = per_second(b as f64, typical, values);
-                [" b/s (cpu)", "Kb/s (cpu)", "Mb/s (cpu)", "Gb/s (cpu)"][i]
-            }
+            Throughput::Bits(b) => [" b/s (cpu)", "Kb/s (cpu)", "Mb/s (cpu)", "Gb/s (cpu)"]
+                [per_second(b as f64, typical, values)],
             Throughput::Elements(e) | Throughput::ElementsAndBytes { elements: e, .. } => {
-                let (_, i) = per_second(e as f64, typical, values);
-                match (self.elements, i) {
-                    ("spans", 0) => " spans/s (cpu)",
-                    ("spans", 1) => "K spans/s (cpu)",
-                    ("spans", 2) => "M spans/s (cpu)",
-                    ("spans", _) => "G spans/s (cpu)",
-                    (_, 0) => " elem/s (cpu)",
-                    (_, 1) => "K elem/s (cpu)",
-                    (_, 2) => "M elem/s (cpu)",
-                    _ => "G elem/s (cpu)",
-                }
+                self.element_units[per_second(e as f64, typical, values)]
             }
         }
     }
@@ -165,7 +150,7 @@ mod tests {
 
     #[test]
     fn formats_spans_per_second() {
-        let m = ThreadCpu::elements("spans");
+        let m = ThreadCpu::spans();
         let mut v = [1_000_000.0];
         let unit = m.scale_throughputs(1_000_000.0, &Throughput::Elements(1024), &mut v);
         assert_eq!(unit, "M spans/s (cpu)");
