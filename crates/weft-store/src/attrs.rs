@@ -19,17 +19,64 @@
 //! Known losses, all inside arrays and maps only: bytes become arrays of numbers, non-finite
 //! floats become strings, and the keys of a nested map come back sorted.
 
-use datafusion::arrow::array::{Array, MapArray, MapBuilder, StringArray, StringBuilder};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, MapArray, StringArray, StructArray};
+use datafusion::arrow::buffer::{Buffer, OffsetBuffer};
+use datafusion::arrow::datatypes::DataType;
 use weft_model::{Attributes, KeyValue, Value};
 
 use crate::error::StoreError;
 
-/// Builder for one attribute map column plus its type column.
+/// Builder for one attribute map column plus its type column, writing the Arrow buffers
+/// directly: a row is its keys' and values' bytes appended to two buffers plus their offsets,
+/// and a row equal to the previous one (spans of one resource or scope) is a copy of that
+/// row's bytes ([`AttrColumns::repeat_last`]) — Arrow's `MapBuilder` spent a validity bit and
+/// a bounds check per value and could not repeat a row without re-encoding it.
 pub(crate) struct AttrColumns {
-    pub map: MapBuilder<StringBuilder, StringBuilder>,
-    pub types: StringBuilder,
-    text: String,
-    tags: String,
+    /// Map offsets (entries per row), one more than the rows.
+    rows: Vec<i32>,
+    keys: Text,
+    values: Text,
+    types: Text,
+    scratch: String,
+}
+
+/// A string column under construction: offsets (one more than the values) and bytes.
+struct Text {
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+}
+
+impl Text {
+    fn with_capacity(values: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(values + 1);
+        offsets.push(0);
+        Text { offsets, data: Vec::with_capacity(bytes) }
+    }
+    #[inline]
+    fn push(&mut self, s: &[u8]) {
+        self.data.extend_from_slice(s);
+        // Wraps only past 2 GiB, which `finish` refuses.
+        self.offsets.push(self.data.len() as i32);
+    }
+    /// Appends a copy of the values `from..` (the tail of this column).
+    fn repeat_from(&mut self, from: usize) {
+        let n = self.offsets.len() - 1;
+        let (start, end) = (self.offsets[from] as usize, self.data.len());
+        self.data.extend_from_within(start..end);
+        let shift = (end - start) as i32;
+        for i in from..n {
+            let o = self.offsets[i + 1] + shift;
+            self.offsets.push(o);
+        }
+    }
+    fn finish(self, what: &str) -> Result<StringArray, StoreError> {
+        if i32::try_from(self.data.len()).is_err() {
+            return Err(StoreError::Decode(format!("{what}: more than 2 GiB of text in one batch")));
+        }
+        Ok(StringArray::try_new(OffsetBuffer::new(self.offsets.into()), Buffer::from_vec(self.data), None)?)
+    }
 }
 
 /// How much an attribute column will hold: rows, entries, key bytes, value text bytes.
@@ -65,33 +112,56 @@ impl AttrColumns {
     /// Builders sized up front for `size` (growing them as rows arrive copied every buffer
     /// several times over: a measurable share of the span → Arrow conversion).
     pub fn sized(size: AttrSize) -> Self {
-        let entries = size.entries.max(16);
+        let mut rows = Vec::with_capacity(size.rows + 1);
+        rows.push(0);
         AttrColumns {
-            map: MapBuilder::with_capacity(
-                Some(crate::schema::map_field_names()),
-                StringBuilder::with_capacity(entries, size.key_bytes.max(64)),
-                StringBuilder::with_capacity(entries, size.value_bytes.max(64)),
-                size.rows,
-            ),
-            types: StringBuilder::with_capacity(size.rows, size.entries.max(size.rows)),
-            text: String::new(),
-            tags: String::new(),
+            rows,
+            keys: Text::with_capacity(size.entries, size.key_bytes),
+            values: Text::with_capacity(size.entries, size.value_bytes),
+            types: Text::with_capacity(size.rows, size.entries),
+            scratch: String::new(),
         }
     }
 
     /// Appends one row.
     pub fn append(&mut self, attrs: &Attributes) {
-        self.tags.clear();
         for kv in attrs.iter() {
-            self.map.keys().append_value(&kv.key);
-            let (tag, text) = encode_value(&kv.value, &mut self.text);
-            self.tags.push(tag);
-            self.map.values().append_value(text);
+            self.keys.push(kv.key.as_bytes());
+            let (tag, text) = encode_value(&kv.value, &mut self.scratch);
+            self.values.push(text.as_bytes());
+            let mut t = [0u8; 4];
+            self.types.data.extend_from_slice(tag.encode_utf8(&mut t).as_bytes());
         }
-        // MapBuilder::append only fails when keys and values differ in length, which the loop
-        // above rules out.
-        let _ = self.map.append(true);
-        self.types.append_value(&self.tags);
+        self.types.offsets.push(self.types.data.len() as i32);
+        self.rows.push((self.keys.offsets.len() - 1) as i32);
+    }
+
+    /// Appends a copy of the previous row (or an empty row when there is none).
+    pub fn repeat_last(&mut self) {
+        let n = self.rows.len() - 1;
+        if n == 0 {
+            self.append(&Attributes::new());
+            return;
+        }
+        let (lo, hi) = (self.rows[n - 1] as usize, self.rows[n] as usize);
+        self.keys.repeat_from(lo);
+        self.values.repeat_from(lo);
+        self.types.repeat_from(n - 1);
+        self.rows.push((hi + (hi - lo)) as i32);
+    }
+
+    /// The map column and its type column.
+    pub fn finish(self, what: &str) -> Result<(MapArray, StringArray), StoreError> {
+        let keys = self.keys.finish(what)?;
+        let values = self.values.finish(what)?;
+        let types = self.types.finish(what)?;
+        let field = crate::schema::map_entries_field();
+        let DataType::Struct(fields) = field.data_type() else {
+            return Err(StoreError::Decode(format!("{what}: map entries are not a struct")));
+        };
+        let entries = StructArray::try_new(fields.clone(), vec![Arc::new(keys), Arc::new(values)], None)?;
+        let map = MapArray::try_new(field, OffsetBuffer::new(self.rows.into()), entries, None, false)?;
+        Ok((map, types))
     }
 }
 
@@ -237,6 +307,28 @@ mod tests {
         }
         let Value::F64(n) = rt(Value::F64(f64::NAN)) else { panic!() };
         assert!(n.is_nan());
+    }
+
+    #[test]
+    fn repeated_rows_read_back_like_appended_ones() {
+        let a = Attributes(vec![KeyValue::new("k", "v"), KeyValue::new("n", 7i64), KeyValue::new("é", 0.5)]);
+        let b = Attributes(vec![KeyValue::new("only", true)]);
+        let empty = Attributes::new();
+        let mut c = AttrColumns::with_capacity(0);
+        c.repeat_last(); // nothing to repeat: an empty row
+        c.append(&a);
+        c.repeat_last();
+        c.repeat_last();
+        c.append(&empty);
+        c.repeat_last();
+        c.append(&b);
+        c.repeat_last();
+        let want = [&empty, &a, &a, &a, &empty, &empty, &b, &b];
+        let (map, types) = c.finish("test").unwrap();
+        assert_eq!(map.len(), want.len());
+        for (row, w) in want.iter().enumerate() {
+            assert_eq!(&read_attrs(&map, &types, row, "test").unwrap(), *w, "row {row}");
+        }
     }
 
     #[test]

@@ -98,6 +98,7 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
 
     // Consecutive spans usually share their resource and scope (`Arc`s from one decoded
     // request): encode the attribute maps once and repeat the row cheaply.
+    let mut prev: Option<&Span> = None;
     for s in spans {
         trace_id.append_value(s.trace_id.0)?;
         span_id.append_value(s.span_id.0)?;
@@ -118,12 +119,19 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
         dropped_attrs.append_value(s.dropped_attributes_count);
         dropped_events.append_value(s.dropped_events_count);
         dropped_links.append_value(s.dropped_links_count);
-        res_attrs.append(&s.resource.attributes);
+        match prev {
+            Some(p) if Arc::ptr_eq(&p.resource, &s.resource) => res_attrs.repeat_last(),
+            _ => res_attrs.append(&s.resource.attributes),
+        }
         res_dropped.append_value(s.resource.dropped_attributes_count);
         res_schema.append_value(&s.resource.schema_url);
         scope_name.append_value(&s.scope.name);
         scope_version.append_value(&s.scope.version);
-        scope_attrs.append(&s.scope.attributes);
+        match prev {
+            Some(p) if Arc::ptr_eq(&p.scope, &s.scope) => scope_attrs.repeat_last(),
+            _ => scope_attrs.append(&s.scope.attributes),
+        }
+        prev = Some(s);
         scope_dropped.append_value(s.scope.dropped_attributes_count);
         scope_schema.append_value(&s.scope.schema_url);
 
@@ -148,6 +156,11 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
         }
     }
 
+    let (attrs_map, attrs_types) = attrs.finish("spans.attributes")?;
+    let (res_attrs_map, res_attrs_types) = res_attrs.finish("spans.resource_attributes")?;
+    let (scope_attrs_map, scope_attrs_types) = scope_attrs.finish("spans.scope_attributes")?;
+    let (ev_attrs_map, ev_attrs_types) = ev_attrs.finish("span_events.attributes")?;
+    let (ln_attrs_map, ln_attrs_types) = ln_attrs.finish("span_links.attributes")?;
     let spans_batch = RecordBatch::try_new(
         schema::spans_schema(),
         vec![
@@ -163,19 +176,19 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Arc::new(status_code.finish()),
             Arc::new(status_msg.finish()),
             Arc::new(service.finish()),
-            Arc::new(attrs.map.finish()),
-            Arc::new(attrs.types.finish()),
+            Arc::new(attrs_map),
+            Arc::new(attrs_types),
             Arc::new(dropped_attrs.finish()),
             Arc::new(dropped_events.finish()),
             Arc::new(dropped_links.finish()),
-            Arc::new(res_attrs.map.finish()),
-            Arc::new(res_attrs.types.finish()),
+            Arc::new(res_attrs_map),
+            Arc::new(res_attrs_types),
             Arc::new(res_dropped.finish()),
             Arc::new(res_schema.finish()),
             Arc::new(scope_name.finish()),
             Arc::new(scope_version.finish()),
-            Arc::new(scope_attrs.map.finish()),
-            Arc::new(scope_attrs.types.finish()),
+            Arc::new(scope_attrs_map),
+            Arc::new(scope_attrs_types),
             Arc::new(scope_dropped.finish()),
             Arc::new(scope_schema.finish()),
         ],
@@ -187,8 +200,8 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Arc::new(ev_span.finish()),
             ts_array(ev_time),
             Arc::new(ev_name.finish()),
-            Arc::new(ev_attrs.map.finish()),
-            Arc::new(ev_attrs.types.finish()),
+            Arc::new(ev_attrs_map),
+            Arc::new(ev_attrs_types),
             Arc::new(ev_dropped.finish()),
         ],
     )?;
@@ -202,8 +215,8 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Arc::new(ln_state.finish()),
             Arc::new(ln_flags.finish()),
             Arc::new(ln_rel.finish()),
-            Arc::new(ln_attrs.map.finish()),
-            Arc::new(ln_attrs.types.finish()),
+            Arc::new(ln_attrs_map),
+            Arc::new(ln_attrs_types),
             Arc::new(ln_dropped.finish()),
         ],
     )?;
@@ -238,6 +251,7 @@ pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
         tid.append_option(small("tid"));
         fields.append(&f);
     }
+    let (fields_map, fields_types) = fields.finish("events.fields")?;
     Ok(RecordBatch::try_new(
         schema::events_schema(),
         vec![
@@ -249,8 +263,8 @@ pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
             Arc::new(cpu.finish()),
             Arc::new(pid.finish()),
             Arc::new(tid.finish()),
-            Arc::new(fields.map.finish()),
-            Arc::new(fields.types.finish()),
+            Arc::new(fields_map),
+            Arc::new(fields_types),
         ],
     )?)
 }
@@ -492,6 +506,44 @@ mod tests {
         assert_eq!(b.spans.num_rows(), 10);
         assert_eq!(b.events.num_rows(), 20);
         assert_eq!(b.links.num_rows(), 5);
+        let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
+        assert_eq!(back, spans);
+    }
+
+    /// Spans of one decoded request share their resource and scope (`Arc`s): those rows are
+    /// copies of the previous row, which must read back exactly, across changes of resource,
+    /// of scope, and of empty attribute lists.
+    #[test]
+    fn shared_resources_and_scopes_round_trip() {
+        let mut spans: Vec<Span> = Vec::new();
+        let mut r = Resource::service("a");
+        r.attributes.push("host.name", "h1");
+        r.attributes.push("process.pid", Value::I64(42));
+        let (ra, rb, re) = (Arc::new(r), Arc::new(Resource::service("b")), Arc::new(Resource::default()));
+        let sa = Arc::new(Scope { name: "lib".into(), version: "1".into(), ..Scope::default() });
+        let mut scoped = Scope::default();
+        scoped.attributes.push("scope.k", Value::Bool(true));
+        let sb = Arc::new(scoped);
+        for (i, (res, scope)) in [
+            (&re, &sa),
+            (&re, &sa),
+            (&ra, &sa),
+            (&ra, &sa),
+            (&ra, &sb),
+            (&rb, &sb),
+            (&rb, &sb),
+            (&ra, &sa),
+            (&ra, &sa),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut sp = sample_span(i as u64);
+            sp.resource = Arc::clone(res);
+            sp.scope = Arc::clone(scope);
+            spans.push(sp);
+        }
+        let b = spans_to_batches(&spans).unwrap();
         let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
         assert_eq!(back, spans);
     }

@@ -78,6 +78,31 @@ use query::{Snapshot, SnapshotTable};
 use segment::Segment;
 use wal::{WalRecord, WalSync, WalWriter};
 
+/// A WAL payload buffer kept by each appending thread up to this capacity, so that appends
+/// reuse warm memory instead of allocating (and faulting in) a fresh buffer per request.
+const KEEP_PAYLOAD_BYTES: usize = 8 << 20;
+
+thread_local! {
+    static PAYLOAD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's cleared payload buffer, reserved for `capacity` bytes.
+fn with_payload_buffer<R>(capacity: usize, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    PAYLOAD.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            buf.reserve(capacity);
+            let r = f(&mut buf);
+            if buf.capacity() > KEEP_PAYLOAD_BYTES {
+                *buf = Vec::new();
+            }
+            r
+        }
+        // Re-entered on this thread (cannot happen today): use a buffer of its own.
+        Err(_) => f(&mut Vec::with_capacity(capacity)),
+    })
+}
+
 /// Store configuration.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -475,9 +500,10 @@ impl Store {
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>();
-        let mut payload = Vec::with_capacity(arrow_bytes + 16 * 1024);
-        wal::encode_spans(&batches, &mut payload)?;
-        self.inner.commit(&payload, |m| m.push_spans(batches))?;
+        with_payload_buffer(arrow_bytes + 16 * 1024, |payload| {
+            wal::encode_spans(&batches, payload)?;
+            self.inner.commit(payload, |m| m.push_spans(batches))
+        })?;
         self.inner.metrics.spans_appended.fetch_add(spans.len() as u64, Ordering::Relaxed);
         Ok(())
     }
@@ -489,9 +515,10 @@ impl Store {
         }
         self.inner.check_writable(0)?;
         let batch = events_to_batch(events)?;
-        let mut payload = Vec::with_capacity(batch.get_array_memory_size() / 2 + 1024);
-        wal::encode_events(&batch, &mut payload)?;
-        self.inner.commit(&payload, |m| m.push_events(batch))?;
+        with_payload_buffer(batch.get_array_memory_size() / 2 + 1024, |payload| {
+            wal::encode_events(&batch, payload)?;
+            self.inner.commit(payload, |m| m.push_events(batch))
+        })?;
         self.inner.metrics.events_appended.fetch_add(events.len() as u64, Ordering::Relaxed);
         Ok(())
     }

@@ -16,7 +16,6 @@
 
 use std::sync::{Arc, OnceLock};
 
-use datafusion::arrow::array::MapFieldNames;
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// Table names.
@@ -145,21 +144,24 @@ pub const TABLES: &[TableDoc] = &[
     },
 ];
 
-/// The field names weft's map columns use (Arrow's defaults: `entries`, `keys`, `values`).
-pub(crate) fn map_field_names() -> MapFieldNames {
-    MapFieldNames { entry: "entries".into(), key: "keys".into(), value: "values".into() }
+/// The entries field of every attribute map column (`Map<Utf8, Utf8>`).
+pub(crate) fn map_entries_field() -> Arc<Field> {
+    static F: OnceLock<Arc<Field>> = OnceLock::new();
+    F.get_or_init(|| {
+        Arc::new(Field::new(
+            "entries",
+            DataType::Struct(Fields::from(vec![
+                Field::new("keys", DataType::Utf8, false),
+                Field::new("values", DataType::Utf8, true),
+            ])),
+            false,
+        ))
+    })
+    .clone()
 }
 
 fn map_type() -> DataType {
-    let entries = Field::new(
-        "entries",
-        DataType::Struct(Fields::from(vec![
-            Field::new("keys", DataType::Utf8, false),
-            Field::new("values", DataType::Utf8, true),
-        ])),
-        false,
-    );
-    DataType::Map(Arc::new(entries), false)
+    DataType::Map(map_entries_field(), false)
 }
 
 fn ts() -> DataType {
