@@ -8,9 +8,10 @@
 # 1. weft-store's storage benchmark: bytes on disk per span (peer: the same spans as OTLP
 #    protobuf and gzipped OTLP), trace-by-id latency, a GROUP BY over all spans (peer: the same
 #    GROUP BY on the same rows in SQLite, through python3's sqlite3 module, in the same run).
-# 2. Durable ingest of OTLP/HTTP protobuf into a release `weft serve` (fsync every 100 ms), driven
+# 2. weft-store's ingest_cpu example: the same pipeline without HTTP in one process, CPU per span.
+# 3. Durable ingest of OTLP/HTTP protobuf into a release `weft serve` (fsync every 100 ms), driven
 #    by `weft loadgen`: spans stored per CPU-second of the server process.
-# 3. Load above capacity: a small buffer and fsync before every acknowledgement, more senders
+# 4. Load above capacity: a small buffer and fsync before every acknowledgement, more senders
 #    than it takes: refusals (429/503) are counted and the server's memory stays bounded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,9 @@ bin="$CARGO_TARGET_DIR/release/weft"
 
 echo "== storage benchmark ($SPANS spans)"
 WEFT_BENCH_SPANS="$SPANS" cargo bench -p weft-store --bench storage
+
+echo "== durable ingest pipeline in one process (decode + WAL + flush, no HTTP, no load generator)"
+cargo run --release -q -p weft-store --example ingest_cpu -- 2000000
 
 serve() { # serve DIR extra-flags... → sets $pid; listens on 127.0.0.1:24318 (OTLP/HTTP)
   local dir=$1; shift
