@@ -42,23 +42,31 @@ pub(crate) struct AttrColumns {
     scratch: String,
 }
 
-/// A string column under construction: offsets (one more than the values) and bytes.
-struct Text {
+/// A string column under construction: offsets (one more than the values) and bytes. Used by
+/// the attribute builder and by the flush's gather (`segment`).
+pub(crate) struct Text {
     offsets: Vec<i32>,
     data: Vec<u8>,
 }
 
 impl Text {
-    fn with_capacity(values: usize, bytes: usize) -> Self {
+    pub fn with_capacity(values: usize, bytes: usize) -> Self {
         let mut offsets = Vec::with_capacity(values + 1);
         offsets.push(0);
         Text { offsets, data: Vec::with_capacity(bytes) }
     }
     #[inline]
-    fn push(&mut self, s: &[u8]) {
+    pub fn push(&mut self, s: &[u8]) {
         self.data.extend_from_slice(s);
         // Wraps only past 2 GiB, which `finish` refuses.
         self.offsets.push(self.data.len() as i32);
+    }
+    /// Appends the values `lo..hi` of `a` (one copy of their bytes).
+    pub fn push_range(&mut self, a: &StringArray, lo: usize, hi: usize) {
+        let o = a.value_offsets();
+        let base = self.data.len() as i32 - o[lo];
+        self.data.extend_from_slice(&a.values()[o[lo] as usize..o[hi] as usize]);
+        self.offsets.extend(o[lo + 1..=hi].iter().map(|&x| x + base));
     }
     /// Appends a copy of the values `from..` (the tail of this column).
     fn repeat_from(&mut self, from: usize) {
@@ -71,7 +79,7 @@ impl Text {
             self.offsets.push(o);
         }
     }
-    fn finish(self, what: &str) -> Result<StringArray, StoreError> {
+    pub fn finish(self, what: &str) -> Result<StringArray, StoreError> {
         if i32::try_from(self.data.len()).is_err() {
             return Err(StoreError::Decode(format!("{what}: more than 2 GiB of text in one batch")));
         }

@@ -131,7 +131,6 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Some(p) if Arc::ptr_eq(&p.scope, &s.scope) => scope_attrs.repeat_last(),
             _ => scope_attrs.append(&s.scope.attributes),
         }
-        prev = Some(s);
         scope_dropped.append_value(s.scope.dropped_attributes_count);
         scope_schema.append_value(&s.scope.schema_url);
 
@@ -154,6 +153,7 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             ln_attrs.append(&l.attributes);
             ln_dropped.append_value(l.dropped_attributes_count);
         }
+        prev = Some(s);
     }
 
     let (attrs_map, attrs_types) = attrs.finish("spans.attributes")?;

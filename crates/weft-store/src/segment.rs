@@ -40,6 +40,7 @@ use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties,
 use datafusion::parquet::schema::types::ColumnPath;
 use weft_model::TraceId;
 
+use crate::attrs::Text;
 use crate::convert::filter_trace;
 use crate::error::{Result, StoreError, io_err};
 use crate::manifest::{FileMeta, SegmentMeta};
@@ -245,14 +246,11 @@ fn gather_fsb(arrays: &[&dyn Array], order: &[(usize, usize)], width: i32) -> Re
 fn gather_utf8(arrays: &[&dyn Array], order: &[(usize, usize)]) -> Result<Option<StringArray>> {
     let Some(typed) = null_free::<StringArray>(arrays) else { return Ok(None) };
     let bytes: usize = order.iter().map(|&(b, r)| typed[b].value_length(r) as usize).sum();
-    let mut data: Vec<u8> = Vec::with_capacity(bytes);
-    let mut offsets: Vec<i32> = Vec::with_capacity(order.len() + 1);
-    offsets.push(0);
+    let mut out = Text::with_capacity(order.len(), bytes);
     for &(b, r) in order {
-        data.extend_from_slice(typed[b].value(r).as_bytes());
-        offsets.push(offset(data.len())?);
+        out.push(typed[b].value(r).as_bytes());
     }
-    Ok(Some(StringArray::try_new(OffsetBuffer::new(offsets.into()), Buffer::from_vec(data), None)?))
+    Ok(Some(out.finish("gathered text column")?))
 }
 
 /// The rows `order` of `Map<Utf8, Utf8>` columns without nulls (at any level). A row's entries
@@ -292,23 +290,20 @@ fn gather_map(
         key_bytes += byte_span(keys[b], lo, hi);
         value_bytes += byte_span(values[b], lo, hi);
     }
+    if i32::try_from(entries).is_err() {
+        return Err(StoreError::Decode(format!("{entries} map entries exceed an Arrow map's offsets")));
+    }
     let mut map_offsets: Vec<i32> = Vec::with_capacity(order.len() + 1);
     map_offsets.push(0);
-    let (mut k_off, mut k_data) = (Vec::with_capacity(entries + 1), Vec::with_capacity(key_bytes));
-    let (mut v_off, mut v_data) = (Vec::with_capacity(entries + 1), Vec::with_capacity(value_bytes));
-    k_off.push(0i32);
-    v_off.push(0i32);
-    let mut n = 0usize;
+    let (mut k, mut v) = (Text::with_capacity(entries, key_bytes), Text::with_capacity(entries, value_bytes));
     for &(b, r) in order {
         let o = maps[b].value_offsets();
         let (lo, hi) = (o[r] as usize, o[r + 1] as usize);
-        append_range(keys[b], lo, hi, &mut k_off, &mut k_data)?;
-        append_range(values[b], lo, hi, &mut v_off, &mut v_data)?;
-        n += hi - lo;
-        map_offsets.push(offset(n)?);
+        k.push_range(keys[b], lo, hi);
+        v.push_range(values[b], lo, hi);
+        map_offsets.push(map_offsets[map_offsets.len() - 1] + (hi - lo) as i32);
     }
-    let k = StringArray::try_new(OffsetBuffer::new(k_off.into()), Buffer::from_vec(k_data), None)?;
-    let v = StringArray::try_new(OffsetBuffer::new(v_off.into()), Buffer::from_vec(v_data), None)?;
+    let (k, v) = (k.finish("gathered map keys")?, v.finish("gathered map values")?);
     let entries = StructArray::try_new(entry_fields.clone(), vec![Arc::new(k), Arc::new(v)], None)?;
     let map = MapArray::try_new(field.clone(), OffsetBuffer::new(map_offsets.into()), entries, None, sorted)?;
     Ok(Some(Arc::new(map)))
@@ -323,27 +318,6 @@ fn null_free<'a, T: 'static>(arrays: &[&'a dyn Array]) -> Option<Vec<&'a T>> {
 fn byte_span(a: &StringArray, lo: usize, hi: usize) -> usize {
     let o = a.value_offsets();
     (o[hi] - o[lo]) as usize
-}
-
-/// Appends the values `lo..hi` of `a` (one copy of their bytes) to `offsets` / `data`.
-fn append_range(
-    a: &StringArray,
-    lo: usize,
-    hi: usize,
-    offsets: &mut Vec<i32>,
-    data: &mut Vec<u8>,
-) -> Result<()> {
-    let o = a.value_offsets();
-    let (start, end) = (o[lo] as usize, o[hi] as usize);
-    let base = offset(data.len())? - o[lo];
-    data.extend_from_slice(&a.values()[start..end]);
-    offsets.extend(o[lo + 1..=hi].iter().map(|&x| x + base));
-    Ok(())
-}
-
-/// `n` as an Arrow `i32` offset (a 2 GiB column is refused, not wrapped).
-fn offset(n: usize) -> Result<i32> {
-    i32::try_from(n).map_err(|_| StoreError::Decode(format!("column of {n} bytes exceeds 2 GiB")))
 }
 
 fn time_col<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a TimestampNanosecondArray> {
