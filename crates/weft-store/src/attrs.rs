@@ -56,8 +56,8 @@ impl Text {
         Text { offsets, data: Vec::with_capacity(bytes) }
     }
     #[inline]
-    pub fn push(&mut self, s: &[u8]) {
-        self.data.extend_from_slice(s);
+    pub fn push(&mut self, s: &str) {
+        self.data.extend_from_slice(s.as_bytes());
         // Wraps only past 2 GiB, which `finish` refuses.
         self.offsets.push(self.data.len() as i32);
     }
@@ -83,7 +83,18 @@ impl Text {
         if i32::try_from(self.data.len()).is_err() {
             return Err(StoreError::Decode(format!("{what}: more than 2 GiB of text in one batch")));
         }
-        Ok(StringArray::try_new(OffsetBuffer::new(self.offsets.into()), Buffer::from_vec(self.data), None)?)
+        // SAFETY: the offsets start at 0, never decrease and end at `data.len()` (below 2 GiB,
+        // checked above, so no offset wrapped); every value is a whole `str` (`push` takes one,
+        // `push_range` and `repeat_from` copy whole values of valid string columns), so the
+        // bytes between any two offsets are UTF-8. Arrow's checks (offsets, then UTF-8 of every
+        // byte) were ~4 % of a durable ingest's instructions.
+        Ok(unsafe {
+            StringArray::new_unchecked(
+                OffsetBuffer::new_unchecked(self.offsets.into()),
+                Buffer::from_vec(self.data),
+                None,
+            )
+        })
     }
 }
 
@@ -134,9 +145,9 @@ impl AttrColumns {
     /// Appends one row.
     pub fn append(&mut self, attrs: &Attributes) {
         for kv in attrs.iter() {
-            self.keys.push(kv.key.as_bytes());
+            self.keys.push(&kv.key);
             let (tag, text) = encode_value(&kv.value, &mut self.scratch);
-            self.values.push(text.as_bytes());
+            self.values.push(text);
             let mut t = [0u8; 4];
             self.types.data.extend_from_slice(tag.encode_utf8(&mut t).as_bytes());
         }
@@ -181,7 +192,7 @@ pub(crate) fn encode_value<'a>(v: &'a Value, out: &'a mut String) -> (char, &'a 
     let tag = match v {
         Value::Str(s) => return ('s', s),
         Value::I64(i) => {
-            let _ = write!(out, "{i}");
+            out.push_str(itoa::Buffer::new().format(*i));
             'i'
         }
         Value::F64(f) => {

@@ -248,7 +248,7 @@ fn gather_utf8(arrays: &[&dyn Array], order: &[(usize, usize)]) -> Result<Option
     let bytes: usize = order.iter().map(|&(b, r)| typed[b].value_length(r) as usize).sum();
     let mut out = Text::with_capacity(order.len(), bytes);
     for &(b, r) in order {
-        out.push(typed[b].value(r).as_bytes());
+        out.push(typed[b].value(r));
     }
     Ok(Some(out.finish("gathered text column")?))
 }
