@@ -15,7 +15,8 @@
 //!   append (and its fsync under [`FsyncPolicy::Always`]) — that is the acknowledgement.
 //! * **Flush**: when the buffer passes [`StoreConfig::flush_bytes`] or
 //!   [`StoreConfig::flush_interval`], it is frozen (the WAL rotates) and a background thread
-//!   writes it as a segment ([`segment`]); the manifest ([`manifest`]) naming the segment is
+//!   writes it as a segment ([`segment`]: a Parquet file per table, plus one row per distinct
+//!   resource in a `span_resources` file); the manifest ([`manifest`]) naming the segment is
 //!   replaced atomically; then the WAL files it covers are deleted.
 //! * **Recovery**: [`Store::open`] replays WAL files newer than the manifest's checkpoint; a
 //!   torn tail is truncated, counted and logged.
@@ -36,6 +37,7 @@ pub mod manifest;
 mod memtable;
 mod query;
 pub mod render;
+mod resources;
 pub mod schema;
 pub mod segment;
 pub mod synth;
@@ -1069,7 +1071,8 @@ impl Inner {
         for s in &best {
             for (t, path, _) in s.paths() {
                 let Some(ti) = schema::TABLE_NAMES.iter().position(|n| *n == t) else { continue };
-                tables[ti].extend(segment::read_all(&path)?);
+                let rows = segment::read_all(&path)?;
+                tables[ti].extend(if ti == memtable::T_SPANS { s.spans_rows(rows)? } else { rows });
             }
             ops.extend(s.meta.operations.iter().cloned());
             complete &= s.meta.operations_complete;

@@ -19,7 +19,7 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
-use datafusion::error::Result as DfResult;
+use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
@@ -27,6 +27,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::union::UnionExec;
 
+use crate::resources::{ExpandExec, ResourceLookup};
+use crate::schema;
 use crate::segment::Segment;
 
 /// What a query sees: live segments and buffered batches, per table.
@@ -78,40 +80,70 @@ impl TableProvider for SnapshotTable {
         let table_name = crate::schema::TABLE_NAMES[self.table];
         let partitions = state.config().target_partitions().max(1);
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        let projected = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
 
-        // Parquet files of the segments, spread over `partitions` groups by size.
+        // Parquet files of the segments. Spans files of segments that store their resources
+        // apart are scanned without the resource columns, which `ExpandExec` puts back.
         let mut files: Vec<(String, u64)> = Vec::new();
+        let mut split: Vec<(String, u64)> = Vec::new();
+        let mut resources: Vec<(u64, &RecordBatch)> = Vec::new();
         for seg in &self.snapshot.segments {
+            let apart = self.table == crate::memtable::T_SPANS && seg.resources().is_some();
+            if apart && let Some(r) = seg.resources() {
+                resources.push((seg.meta.id, r));
+            }
             for (t, path, bytes) in seg.paths() {
                 if t == table_name {
-                    files.push((path.to_string_lossy().into_owned(), bytes));
+                    let f = (path.to_string_lossy().into_owned(), bytes);
+                    if apart { split.push(f) } else { files.push(f) }
                 }
             }
         }
-        if !files.is_empty() {
-            files.sort_by_key(|f| std::cmp::Reverse(f.1));
-            let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
-                (0..partitions.min(files.len())).map(|_| (0, Vec::new())).collect();
-            for (path, bytes) in files {
-                if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
-                    g.0 += bytes;
-                    g.1.push(PartitionedFile::new(path, bytes));
+        if let Some(scan) =
+            parquet_scan(state, files, self.schema.clone(), projection.cloned(), filters, limit, partitions)
+                .await?
+        {
+            inputs.push(scan);
+        }
+        if !split.is_empty() {
+            let file_schema = schema::spans_file_schema();
+            let mut cols: Vec<usize> = Vec::new();
+            let mut wants_resources = false;
+            for f in projected.fields() {
+                let name = if schema::RESOURCE_COLUMNS.contains(&f.name().as_str()) {
+                    wants_resources = true;
+                    schema::RESOURCE_REF
+                } else {
+                    f.name().as_str()
+                };
+                let i = file_schema.index_of(name)?;
+                if !cols.contains(&i) {
+                    cols.push(i);
                 }
             }
-            let mut source = ParquetSource::new(self.schema.clone())
-                .with_table_parquet_options(state.table_options().parquet.clone());
-            if let Some(pred) = conjunction(filters.iter().cloned()) {
-                let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
-                let phys = state.create_physical_expr(pred, &df_schema)?;
-                source = source.with_predicate(phys);
+            // Filters on resource columns cannot prune these files; DataFusion applies every
+            // filter above the scan anyway.
+            let usable: Vec<Expr> = filters
+                .iter()
+                .filter(|e| e.column_refs().iter().all(|c| file_schema.index_of(&c.name).is_ok()))
+                .cloned()
+                .collect();
+            let lookup = if wants_resources {
+                ResourceLookup::new(resources.iter().copied())
+            } else {
+                ResourceLookup::new(std::iter::empty())
             }
-            let conf = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
-                .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
-                .with_projection_indices(projection.cloned())?
-                .with_limit(limit)
-                .build();
-            let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
-            inputs.push(format.create_physical_plan(state, conf).await?);
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            if let Some(scan) =
+                parquet_scan(state, split, file_schema, Some(cols), &usable, limit, partitions).await?
+            {
+                let exec = ExpandExec::new(scan, projected.clone(), Arc::new(lookup))
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                inputs.push(Arc::new(exec));
+            }
         }
 
         // Buffered batches, spread over `partitions` partitions.
@@ -130,14 +162,49 @@ impl TableProvider for SnapshotTable {
         }
 
         if inputs.is_empty() {
-            let projected = match projection {
-                Some(p) => Arc::new(self.schema.project(p)?),
-                None => self.schema.clone(),
-            };
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
         UnionExec::try_new(inputs)
     }
+}
+
+/// A Parquet scan of `files` (table schema `schema`), spread over `partitions` groups by size,
+/// with the filters as a pruning predicate; `None` without files.
+async fn parquet_scan(
+    state: &dyn Session,
+    mut files: Vec<(String, u64)>,
+    schema: SchemaRef,
+    projection: Option<Vec<usize>>,
+    filters: &[Expr],
+    limit: Option<usize>,
+    partitions: usize,
+) -> DfResult<Option<Arc<dyn ExecutionPlan>>> {
+    if files.is_empty() {
+        return Ok(None);
+    }
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
+        (0..partitions.min(files.len())).map(|_| (0, Vec::new())).collect();
+    for (path, bytes) in files {
+        if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+            g.0 += bytes;
+            g.1.push(PartitionedFile::new(path, bytes));
+        }
+    }
+    let mut source =
+        ParquetSource::new(schema.clone()).with_table_parquet_options(state.table_options().parquet.clone());
+    if let Some(pred) = conjunction(filters.iter().cloned()) {
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        let phys = state.create_physical_expr(pred, &df_schema)?;
+        source = source.with_predicate(phys);
+    }
+    let conf = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+        .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
+        .with_projection_indices(projection)?
+        .with_limit(limit)
+        .build();
+    let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+    Ok(Some(format.create_physical_plan(state, conf).await?))
 }
 
 /// Quotes a string as an SQL literal (`'` doubled).

@@ -213,6 +213,58 @@ pub fn spans_schema() -> SchemaRef {
     .clone()
 }
 
+/// The `spans` columns that describe the span's resource. A segment stores each distinct
+/// resource once, in its `span_resources` file, and its spans file carries a `resource_ref`
+/// instead of these columns (see `segment`); SQL and every read still see them on each span.
+pub const RESOURCE_COLUMNS: [&str; 4] = [
+    "resource_attributes",
+    "resource_attribute_types",
+    "resource_dropped_attributes_count",
+    "resource_schema_url",
+];
+
+/// Table name of a segment's resources file (not an SQL table).
+pub const SPAN_RESOURCES: &str = "span_resources";
+
+/// Column of a segment's spans file (and of its resources file) naming a resource:
+/// `segment id << 32 | row of the resource in the segment's resources file`.
+pub const RESOURCE_REF: &str = "resource_ref";
+
+/// Schema of a segment's spans file: `spans` without [`RESOURCE_COLUMNS`], plus
+/// [`RESOURCE_REF`] at the end.
+pub fn spans_file_schema() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| {
+        let logical = spans_schema();
+        let mut fields: Vec<Field> = logical
+            .fields()
+            .iter()
+            .filter(|f| !RESOURCE_COLUMNS.contains(&f.name().as_str()))
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(RESOURCE_REF, DataType::UInt64, false));
+        Arc::new(Schema::new(fields))
+    })
+    .clone()
+}
+
+/// Schema of a segment's resources file: [`RESOURCE_REF`], then [`RESOURCE_COLUMNS`] as in
+/// `spans`.
+pub fn span_resources_schema() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| {
+        let logical = spans_schema();
+        let mut fields = vec![Field::new(RESOURCE_REF, DataType::UInt64, false)];
+        for name in RESOURCE_COLUMNS {
+            if let Ok(f) = logical.field_with_name(name) {
+                fields.push(f.clone());
+            }
+        }
+        Arc::new(Schema::new(fields))
+    })
+    .clone()
+}
+
 /// Schema of `span_events`.
 pub fn span_events_schema() -> SchemaRef {
     static S: OnceLock<SchemaRef> = OnceLock::new();
@@ -307,6 +359,19 @@ mod tests {
             let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
             let documented: Vec<&str> = t.columns.iter().map(|c| c.name).collect();
             assert_eq!(names, documented, "table {}", t.name);
+        }
+    }
+
+    #[test]
+    fn spans_file_and_resources_split_the_spans_columns() {
+        let file = spans_file_schema();
+        let res = span_resources_schema();
+        assert_eq!(file.field(0).name(), "trace_id", "the sort key stays column 0");
+        assert_eq!(res.fields().len(), 1 + RESOURCE_COLUMNS.len());
+        for f in spans_schema().fields() {
+            let in_file = file.field_with_name(f.name()).is_ok();
+            let in_res = res.field_with_name(f.name()).is_ok();
+            assert!(in_file != in_res, "{} must be in exactly one of the two files", f.name());
         }
     }
 

@@ -9,6 +9,11 @@
 //! * `spans.trace_id` carries a split-block bloom filter per row group; the filters are loaded
 //!   into memory when a segment is opened, so a trace lookup touches only segments that hold
 //!   the trace (plus ~1 % false positives);
+//! * each distinct resource is stored once, in the segment's `span_resources` file; span rows
+//!   carry a `resource_ref` instead of the four resource columns, which every read puts back
+//!   (`resources`). Segments written before have the columns on every row and are read as
+//!   they are; compaction rewrites them in this layout. Other Parquet readers join the two
+//!   files on `resource_ref`;
 //! * zstd, dictionary encoding for repetitive text, none for random ids; page statistics
 //!   (the column index) on ids, times and numbers; none on text columns, where min/max prune
 //!   nothing in trace-id order and cost ~15 % of ingest CPU.
@@ -23,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     Array, ArrayRef, FixedSizeBinaryArray, MapArray, RecordBatch, StringArray, StructArray,
-    TimestampNanosecondArray,
+    TimestampNanosecondArray, UInt64Array,
 };
 use datafusion::arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer};
 use datafusion::arrow::compute::interleave;
@@ -44,6 +49,7 @@ use crate::attrs::Text;
 use crate::convert::filter_trace;
 use crate::error::{Result, StoreError, io_err};
 use crate::manifest::{FileMeta, SegmentMeta};
+use crate::resources::{self, ResourceIds, ResourceLookup};
 use crate::schema::{self, TABLE_NAMES};
 
 /// How segments are written.
@@ -57,11 +63,21 @@ pub struct WriteOptions {
     pub page_rows: usize,
     /// Bloom filter false-positive rate on `spans.trace_id`.
     pub bloom_fpp: f64,
+    /// Store each distinct resource once per segment (a `span_resources` file, spans carry a
+    /// `resource_ref`; see `resources`). `false` writes every span's resource columns on its
+    /// row, as segments written before this layout have them (kept to test reading those).
+    pub resource_table: bool,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        WriteOptions { zstd_level: 3, row_group_rows: 128 * 1024, page_rows: 8 * 1024, bloom_fpp: 0.01 }
+        WriteOptions {
+            zstd_level: 3,
+            row_group_rows: 128 * 1024,
+            page_rows: 8 * 1024,
+            bloom_fpp: 0.01,
+            resource_table: true,
+        }
     }
 }
 
@@ -194,10 +210,32 @@ fn trace_id_keys(b: &RecordBatch) -> Result<Vec<u128>> {
         .collect())
 }
 
-/// Gathers the rows `order` of `batches` (one schema) into a new batch of `schema`.
-fn gather(schema: &SchemaRef, batches: &[&RecordBatch], order: &[(usize, usize)]) -> Result<RecordBatch> {
-    let mut columns = Vec::with_capacity(schema.fields().len());
-    for i in 0..schema.fields().len() {
+/// Where a written column comes from: a column of the input batches, or (spans files with a
+/// resources file) the rows' `resource_ref`s.
+enum Col<'a> {
+    Input(usize),
+    Ref(&'a ResourceIds, u64),
+}
+
+/// Gathers the rows `order` of `batches` (one schema) into a new batch of `schema`, whose
+/// columns come from `cols`.
+fn gather(
+    schema: &SchemaRef,
+    cols: &[Col<'_>],
+    batches: &[&RecordBatch],
+    order: &[(usize, usize)],
+) -> Result<RecordBatch> {
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+    for col in cols {
+        let i = match *col {
+            Col::Input(i) => i,
+            Col::Ref(ids, segment) => {
+                let refs =
+                    order.iter().map(|&(b, r)| resources::segment_ref(segment, u64::from(ids.ids[b][r])));
+                columns.push(Arc::new(UInt64Array::from_iter_values(refs)));
+                continue;
+            }
+        };
         let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(i).as_ref()).collect();
         columns.push(match arrays[0].data_type() {
             DataType::FixedSizeBinary(w) => gather_fsb(&arrays, order, *w)?,
@@ -355,7 +393,26 @@ pub(crate) fn write_segment(
         if rows == 0 {
             continue;
         }
-        let schema = schema::schema_of(t);
+        let logical = schema::schema_of(t);
+        // Spans: distinct resources go to their own file, span rows name them.
+        let ids = if t == crate::memtable::T_SPANS && o.resource_table {
+            if id > u64::from(u32::MAX) {
+                return Err(StoreError::Decode(format!("segment id {id} does not fit a resource_ref")));
+            }
+            Some(ResourceIds::of(&batches)?)
+        } else {
+            None
+        };
+        let schema = if ids.is_some() { schema::spans_file_schema() } else { logical.clone() };
+        let cols = schema
+            .fields()
+            .iter()
+            .map(|f| match (&ids, logical.index_of(f.name())) {
+                (_, Ok(i)) => Ok(Col::Input(i)),
+                (Some(ids), Err(_)) if f.name() == schema::RESOURCE_REF => Ok(Col::Ref(ids, id)),
+                _ => Err(StoreError::Decode(format!("no source for column {}", f.name()))),
+            })
+            .collect::<Result<Vec<_>>>()?;
         // Sorted rows are gathered straight from the buffered batches, a chunk at a time, and
         // written: no concatenated copy of the whole flush, and each chunk is encoded while
         // it is still in cache.
@@ -367,7 +424,7 @@ pub(crate) fn write_segment(
             .map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
         let (mut min_t, mut max_t) = (u64::MAX, 0u64);
         for part in order.chunks(WRITE_CHUNK_ROWS) {
-            let chunk = gather(&schema, &batches, part)?;
+            let chunk = gather(&schema, &cols, &batches, part)?;
             mem_bytes += chunk.get_array_memory_size() as u64;
             let (lo, hi) = time_range(t, &chunk);
             (min_t, max_t) = (min_t.min(lo), max_t.max(hi));
@@ -384,6 +441,20 @@ pub(crate) fn write_segment(
             min_time_ns: min_t,
             max_time_ns: max_t,
         });
+        if let Some(ids) = &ids {
+            let batch = ids.batch(id, &batches)?;
+            let name = file_name(id, schema::SPAN_RESOURCES);
+            let path = seg_dir.join(&name);
+            let bytes = write_small(&path, &batch, o)?;
+            files.push(FileMeta {
+                table: schema::SPAN_RESOURCES.to_owned(),
+                file: name,
+                rows: batch.num_rows() as u64,
+                bytes,
+                min_time_ns: min_t,
+                max_time_ns: max_t,
+            });
+        }
     }
     Ok(SegmentMeta {
         id,
@@ -394,6 +465,23 @@ pub(crate) fn write_segment(
         operations: operations.0,
         operations_complete: operations.1,
     })
+}
+
+/// Writes `batch` as one Parquet file (zstd, dictionaries), fsynced; returns its size.
+fn write_small(path: &Path, batch: &RecordBatch, o: &WriteOptions) -> Result<u64> {
+    let level = ZstdLevel::try_new(o.zstd_level)
+        .map_err(|e| StoreError::Query(format!("zstd level {}: {e}", o.zstd_level)))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(level))
+        .set_created_by(format!("weft-store {}", env!("CARGO_PKG_VERSION")))
+        .build();
+    let pq = |source| StoreError::Parquet { path: path.to_owned(), source };
+    let file = File::create(path).map_err(io_err("create", path))?;
+    let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(pq)?;
+    w.write(batch).map_err(pq)?;
+    let file = w.into_inner().map_err(pq)?;
+    file.sync_all().map_err(io_err("fsync", path))?;
+    Ok(file.metadata().map_err(io_err("stat", path))?.len())
 }
 
 /// Reader state of one Parquet file, loaded once.
@@ -543,6 +631,9 @@ pub(crate) struct Segment {
     spans: Option<FileReader>,
     /// Span events / links readers, opened on first use.
     lazy: [OnceLock<Result<FileReader, String>>; 2],
+    /// The resources file's rows (segments written with `resource_table`), loaded with the
+    /// segment, and a lookup over them.
+    resources: Option<(RecordBatch, ResourceLookup)>,
     obsolete: AtomicBool,
 }
 
@@ -553,13 +644,51 @@ impl Segment {
             Some(f) => Some(FileReader::open(&dir.join(&f.file), true)?),
             None => None,
         };
+        let resources = match meta.file(schema::SPAN_RESOURCES) {
+            Some(f) => {
+                let path = dir.join(&f.file);
+                let parts = read_all(&path)?;
+                let batch =
+                    datafusion::arrow::compute::concat_batches(&schema::span_resources_schema(), &parts)
+                        .map_err(|e| StoreError::Decode(format!("{}: {e}", path.display())))?;
+                let lookup = ResourceLookup::new([(meta.id, &batch)])?;
+                Some((batch, lookup))
+            }
+            None => None,
+        };
         Ok(Segment {
             meta,
             dir: dir.to_owned(),
             spans,
             lazy: Default::default(),
+            resources,
             obsolete: AtomicBool::new(false),
         })
+    }
+
+    /// The resources file's rows, when the segment has one.
+    pub fn resources(&self) -> Option<&RecordBatch> {
+        self.resources.as_ref().map(|r| &r.0)
+    }
+
+    /// Rows read from this segment's spans file as `spans` rows (the resource columns put back
+    /// when the segment stores them apart).
+    pub fn spans_rows(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+        let Some((_, lookup)) = &self.resources else { return Ok(batches) };
+        let out = schema::spans_schema();
+        let mut plan = None;
+        batches
+            .into_iter()
+            .map(|b| {
+                if plan.is_none() {
+                    plan = Some(resources::plan(&b.schema(), &out)?);
+                }
+                match &plan {
+                    Some(p) => resources::expand(&b, &out, p, lookup),
+                    None => Err(StoreError::Decode("no expansion plan".into())),
+                }
+            })
+            .collect()
     }
 
     /// Paths of the segment's files.
@@ -593,6 +722,7 @@ impl Segment {
         if s.is_empty() {
             return Ok(None);
         }
+        let s = self.spans_rows(s)?;
         let e = match self.lazy_reader(0, schema::SPAN_EVENTS)? {
             Some(r) => r.read_trace(id)?,
             None => Vec::new(),

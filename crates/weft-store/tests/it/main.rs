@@ -3,6 +3,7 @@
 mod durability;
 mod maintenance;
 mod reads;
+mod resources;
 
 use std::time::Duration;
 

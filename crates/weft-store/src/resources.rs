@@ -1,0 +1,517 @@
+//! Resources stored once per segment instead of once per span.
+//!
+//! Every span of one OTLP `ResourceSpans` carries the same resource (service, host, process,
+//! SDK attributes — nine attributes in a typical OpenTelemetry SDK export), and a flush holds a
+//! handful of distinct resources for hundreds of thousands of spans. Writing the four resource
+//! columns on every span row cost ~19 % of a durable ingest's instructions (Parquet interns each
+//! key and value of each row again; the flush gathers them row by row), for about half a byte
+//! per span on disk. So a segment writes:
+//!
+//! * its spans file without [`RESOURCE_COLUMNS`] and with a `resource_ref` column
+//!   (`segment id << 32 | row`), and
+//! * a small `span_resources` file with one row per distinct resource.
+//!
+//! Everything that reads a segment puts the columns back ([`ResourceLookup`]): trace lookups and
+//! compaction through [`expand`], SQL through [`ExpandExec`] (only when a query projects a
+//! resource column). The SQL schema does not change. Segments written before this layout (no
+//! resources file) are read as they are.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, MapArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::compute::{concat, interleave, take};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PlanProperties,
+};
+use futures::StreamExt;
+
+use crate::error::{Result, StoreError};
+use crate::schema::{self, RESOURCE_COLUMNS, RESOURCE_REF};
+
+/// Which distinct resource each span row of a flush has.
+pub(crate) struct ResourceIds {
+    /// Per input batch, per row: the resource's row in the resources file.
+    pub ids: Vec<Vec<u32>>,
+    /// Per resource: the (batch, row) it was first seen at.
+    pub first: Vec<(usize, usize)>,
+}
+
+/// The four resource columns of a `spans` batch (logical schema).
+fn resource_columns(b: &RecordBatch) -> Result<(&MapArray, &StringArray, &UInt32Array, &StringArray)> {
+    let get = |name: &str| {
+        b.column_by_name(name).ok_or_else(|| StoreError::Decode(format!("spans batch without {name}")))
+    };
+    let wrong = |name: &str| StoreError::Decode(format!("spans column {name} has an unexpected type"));
+    Ok((
+        get(RESOURCE_COLUMNS[0])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[0]))?,
+        get(RESOURCE_COLUMNS[1])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[1]))?,
+        get(RESOURCE_COLUMNS[2])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[2]))?,
+        get(RESOURCE_COLUMNS[3])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[3]))?,
+    ))
+}
+
+/// Appends an unambiguous encoding of an optional byte string.
+fn put(out: &mut Vec<u8>, v: Option<&[u8]>) {
+    match v {
+        None => out.push(0),
+        Some(b) => {
+            out.push(1);
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// Whether map rows `r` and `j` have the same entries (keys and values without nulls): equal
+/// entry counts, entry lengths and bytes.
+fn same_row(m: &MapArray, keys: &StringArray, values: &StringArray, r: usize, j: usize) -> bool {
+    if m.is_valid(r) != m.is_valid(j) {
+        return false;
+    }
+    let o = m.value_offsets();
+    let (a, b) = ((o[j] as usize, o[j + 1] as usize), (o[r] as usize, o[r + 1] as usize));
+    a.1 - a.0 == b.1 - b.0 && same_values(keys, a, b) && same_values(values, a, b)
+}
+
+/// Whether the values `a.0..a.1` and `b.0..b.1` of `s` are equal, value by value.
+fn same_values(s: &StringArray, a: (usize, usize), b: (usize, usize)) -> bool {
+    let o = s.value_offsets();
+    let (da, db) = (o[a.0], o[b.0]);
+    let lens_equal = o[a.0..=a.1].iter().zip(&o[b.0..=b.1]).all(|(x, y)| x - da == y - db);
+    lens_equal && s.values()[da as usize..o[a.1] as usize] == s.values()[db as usize..o[b.1] as usize]
+}
+
+/// Whether values `r` and `j` of `s` are equal, nulls included.
+fn same_str(s: &StringArray, r: usize, j: usize) -> bool {
+    opt_str(s, r) == opt_str(s, j)
+}
+
+fn opt_str(a: &StringArray, i: usize) -> Option<&[u8]> {
+    a.is_valid(i).then(|| a.value(i).as_bytes())
+}
+
+impl ResourceIds {
+    /// Numbers the distinct resources of `batches` (logical `spans` batches) in order of first
+    /// appearance. A row equal to the previous one (spans of one `ResourceSpans`) costs a byte
+    /// comparison; any other row an encoded key and a hash lookup.
+    pub fn of(batches: &[&RecordBatch]) -> Result<ResourceIds> {
+        // aHash: std's SipHash over these ~300-byte keys was most of this function's cost.
+        let mut seen: HashMap<Vec<u8>, u32, ahash::RandomState> = HashMap::default();
+        let mut first = Vec::new();
+        let mut ids = Vec::with_capacity(batches.len());
+        let mut key = Vec::with_capacity(512);
+        for (bi, b) in batches.iter().enumerate() {
+            let (attrs, types, dropped, url) = resource_columns(b)?;
+            let (Some(keys), Some(values)) = (
+                attrs.keys().as_any().downcast_ref::<StringArray>(),
+                attrs.values().as_any().downcast_ref::<StringArray>(),
+            ) else {
+                return Err(StoreError::Decode("resource_attributes is not a map of strings".into()));
+            };
+            let offsets = attrs.value_offsets();
+            let plain = keys.null_count() == 0 && values.null_count() == 0;
+            let mut row_ids = Vec::with_capacity(b.num_rows());
+            let mut last: Option<u32> = None;
+            for r in 0..b.num_rows() {
+                // Most rows repeat the previous one: compare the Arrow bytes directly.
+                if let Some(id) = last
+                    && plain
+                    && same_row(attrs, keys, values, r, r - 1)
+                    && same_str(types, r, r - 1)
+                    && dropped.is_valid(r) == dropped.is_valid(r - 1)
+                    && dropped.value(r) == dropped.value(r - 1)
+                    && same_str(url, r, r - 1)
+                {
+                    row_ids.push(id);
+                    continue;
+                }
+                key.clear();
+                if attrs.is_valid(r) {
+                    let (lo, hi) = (offsets[r] as usize, offsets[r + 1] as usize);
+                    key.push(1);
+                    key.extend_from_slice(&((hi - lo) as u64).to_le_bytes());
+                    for e in lo..hi {
+                        put(&mut key, opt_str(keys, e));
+                        put(&mut key, opt_str(values, e));
+                    }
+                } else {
+                    key.push(0);
+                }
+                put(&mut key, opt_str(types, r));
+                put(
+                    &mut key,
+                    dropped.is_valid(r).then(|| dropped.value(r).to_le_bytes()).as_ref().map(|b| &b[..]),
+                );
+                put(&mut key, opt_str(url, r));
+                let id = match seen.get(&key) {
+                    Some(&id) => id,
+                    None => {
+                        let id = u32::try_from(first.len()).map_err(|_| {
+                            StoreError::Decode("more than 2^32 resources in one segment".into())
+                        })?;
+                        first.push((bi, r));
+                        seen.insert(key.clone(), id);
+                        id
+                    }
+                };
+                row_ids.push(id);
+                last = Some(id);
+            }
+            ids.push(row_ids);
+        }
+        Ok(ResourceIds { ids, first })
+    }
+
+    /// The resources file's batch for segment `segment`: `resource_ref` and the four columns of
+    /// each resource's first row.
+    pub fn batch(&self, segment: u64, batches: &[&RecordBatch]) -> Result<RecordBatch> {
+        let schema = schema::span_resources_schema();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        columns.push(Arc::new(UInt64Array::from_iter_values(
+            (0..self.first.len() as u64).map(|i| segment_ref(segment, i)),
+        )));
+        for name in RESOURCE_COLUMNS {
+            let arrays = batches
+                .iter()
+                .map(|b| {
+                    b.column_by_name(name)
+                        .map(|c| c.as_ref())
+                        .ok_or_else(|| StoreError::Decode(format!("spans batch without {name}")))
+                })
+                .collect::<Result<Vec<&dyn Array>>>()?;
+            columns.push(interleave(&arrays, &self.first)?);
+        }
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+}
+
+/// `resource_ref` of row `row` of segment `segment`'s resources file.
+pub(crate) fn segment_ref(segment: u64, row: u64) -> u64 {
+    (segment << 32) | row
+}
+
+/// Resources of one or more segments, for putting the resource columns back on span rows.
+pub(crate) struct ResourceLookup {
+    /// Segment id → first row of its resources in `columns`, and how many it has.
+    segments: HashMap<u64, (usize, usize)>,
+    /// [`RESOURCE_COLUMNS`], every segment's resources concatenated.
+    columns: Vec<ArrayRef>,
+}
+
+impl fmt::Debug for ResourceLookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceLookup").field("segments", &self.segments.len()).finish()
+    }
+}
+
+impl ResourceLookup {
+    /// From (segment id, its resources batch) pairs.
+    pub fn new<'a>(parts: impl IntoIterator<Item = (u64, &'a RecordBatch)>) -> Result<ResourceLookup> {
+        let mut segments = HashMap::new();
+        let mut per_column: Vec<Vec<&dyn Array>> = vec![Vec::new(); RESOURCE_COLUMNS.len()];
+        let mut at = 0usize;
+        for (seg, b) in parts {
+            segments.insert(seg, (at, b.num_rows()));
+            at += b.num_rows();
+            for (c, name) in RESOURCE_COLUMNS.iter().enumerate() {
+                let col = b.column_by_name(name).ok_or_else(|| {
+                    StoreError::Decode(format!("resources file of segment {seg} without {name}"))
+                })?;
+                per_column[c].push(col.as_ref());
+            }
+        }
+        let mut columns = Vec::with_capacity(RESOURCE_COLUMNS.len());
+        for (c, arrays) in per_column.iter().enumerate() {
+            columns.push(if arrays.is_empty() {
+                datafusion::arrow::array::new_empty_array(
+                    schema::span_resources_schema().field(c + 1).data_type(),
+                )
+            } else {
+                concat(arrays)?
+            });
+        }
+        Ok(ResourceLookup { segments, columns })
+    }
+
+    /// Rows of `columns` named by `refs`.
+    fn indices(&self, refs: &UInt64Array) -> Result<UInt32Array> {
+        if refs.null_count() > 0 {
+            return Err(StoreError::Decode("resource_ref has nulls".into()));
+        }
+        let mut out = Vec::with_capacity(refs.len());
+        let mut cached: Option<(u64, usize, usize)> = None;
+        for &r in refs.values() {
+            let (seg, row) = (r >> 32, (r & 0xffff_ffff) as usize);
+            let (base, n) = match cached {
+                Some((s, base, n)) if s == seg => (base, n),
+                _ => {
+                    let &(base, n) = self.segments.get(&seg).ok_or_else(|| {
+                        StoreError::Decode(format!(
+                            "resource_ref names segment {seg}, whose resources are not loaded"
+                        ))
+                    })?;
+                    cached = Some((seg, base, n));
+                    (base, n)
+                }
+            };
+            if row >= n {
+                return Err(StoreError::Decode(format!(
+                    "resource_ref names resource {row} of segment {seg}, which has {n}"
+                )));
+            }
+            out.push(u32::try_from(base + row).map_err(|_| StoreError::Decode("too many resources".into()))?);
+        }
+        Ok(UInt32Array::from(out))
+    }
+}
+
+/// How each output column of [`expand`] is made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Source {
+    /// Column `i` of the input batch.
+    Input(usize),
+    /// Resource column `c` (index into [`RESOURCE_COLUMNS`]) of the row named by the input's
+    /// column `r` (`resource_ref`).
+    Resource { c: usize, r: usize },
+}
+
+/// The plan for turning spans-file rows (with `resource_ref`) into rows of `out` (logical
+/// `spans` columns, possibly a projection of them).
+pub(crate) fn plan(input: &SchemaRef, out: &SchemaRef) -> Result<Vec<Source>> {
+    out.fields()
+        .iter()
+        .map(|f| {
+            if let Some(c) = RESOURCE_COLUMNS.iter().position(|n| n == f.name()) {
+                let r = input
+                    .index_of(RESOURCE_REF)
+                    .map_err(|_| StoreError::Decode("spans file without resource_ref".into()))?;
+                Ok(Source::Resource { c, r })
+            } else {
+                input
+                    .index_of(f.name())
+                    .map(Source::Input)
+                    .map_err(|_| StoreError::Decode(format!("spans file without {}", f.name())))
+            }
+        })
+        .collect()
+}
+
+/// Rows of a spans file as rows of `out`, resource columns looked up in `lookup`.
+pub(crate) fn expand(
+    batch: &RecordBatch,
+    out: &SchemaRef,
+    plan: &[Source],
+    lookup: &ResourceLookup,
+) -> Result<RecordBatch> {
+    let mut indices: Option<UInt32Array> = None;
+    let mut columns = Vec::with_capacity(plan.len());
+    for s in plan {
+        columns.push(match *s {
+            Source::Input(i) => batch.column(i).clone(),
+            Source::Resource { c, r } => {
+                if indices.is_none() {
+                    let refs = batch
+                        .column(r)
+                        .as_any()
+                        .downcast_ref::<UInt64Array>()
+                        .ok_or_else(|| StoreError::Decode("resource_ref is not UInt64".into()))?;
+                    indices = Some(lookup.indices(refs)?);
+                }
+                match &indices {
+                    Some(idx) => take(lookup.columns[c].as_ref(), idx, None)?,
+                    None => return Err(StoreError::Decode("resource indices missing".into())),
+                }
+            }
+        });
+    }
+    let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(out.clone(), columns, &opts)?)
+}
+
+/// A scan of segment spans files turned into `spans` rows: the input's rows with the resource
+/// columns the query projects looked up by `resource_ref`.
+pub(crate) struct ExpandExec {
+    input: Arc<dyn ExecutionPlan>,
+    schema: SchemaRef,
+    plan: Arc<Vec<Source>>,
+    lookup: Arc<ResourceLookup>,
+    properties: Arc<PlanProperties>,
+}
+
+impl fmt::Debug for ExpandExec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExpandExec").field("schema", &self.schema).finish()
+    }
+}
+
+impl ExpandExec {
+    /// `schema`: the (projected) logical columns to produce from `input`'s rows.
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        schema: SchemaRef,
+        lookup: Arc<ResourceLookup>,
+    ) -> Result<Self> {
+        let plan = Arc::new(plan(&input.schema(), &schema)?);
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
+            input.pipeline_behavior(),
+            input.boundedness(),
+        ));
+        Ok(ExpandExec { input, schema, plan, lookup, properties })
+    }
+}
+
+impl DisplayAs for ExpandExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "ExpandResourcesExec: {} columns", self.schema.fields().len())
+    }
+}
+
+impl ExecutionPlan for ExpandExec {
+    fn name(&self) -> &'static str {
+        "ExpandResourcesExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        options: ReplaceChildrenOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "ExpandResourcesExec takes 1 child, got {}",
+                children.len()
+            )));
+        }
+        let input = children.swap_remove(0);
+        match options.children_properties {
+            ChildrenPropertiesMode::Keep => Ok(Arc::new(ExpandExec {
+                input,
+                schema: self.schema.clone(),
+                plan: self.plan.clone(),
+                lookup: self.lookup.clone(),
+                properties: self.properties.clone(),
+            })),
+            ChildrenPropertiesMode::Recompute => Ok(Arc::new(
+                ExpandExec::new(input, self.schema.clone(), self.lookup.clone())
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?,
+            )),
+        }
+    }
+
+    #[allow(deprecated)]
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let (schema, plan, lookup) = (self.schema.clone(), self.plan.clone(), self.lookup.clone());
+        let out = schema.clone();
+        let stream = input.map(move |b| {
+            b.and_then(|b| {
+                expand(&b, &out, &plan, &lookup).map_err(|e| DataFusionError::External(Box::new(e)))
+            })
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use weft_model::{Resource, Span};
+
+    use super::*;
+
+    fn resource(host: &str) -> Arc<Resource> {
+        let mut r = Resource::default();
+        r.attributes.push("service.name", "cart");
+        r.attributes.push("host.name", host);
+        Arc::new(r)
+    }
+
+    /// Equal resources get one id whether or not they share an `Arc`, are adjacent, or sit in
+    /// different batches; the resources batch holds each once, in order of first appearance.
+    #[test]
+    fn distinct_resources_are_numbered_once() {
+        let (a, b, a_again) = (resource("h1"), resource("h2"), resource("h1"));
+        let batch = |rs: &[&Arc<Resource>]| {
+            let spans: Vec<Span> =
+                rs.iter().map(|r| Span { resource: Arc::clone(r), ..Span::default() }).collect();
+            crate::convert::spans_to_batches(&spans).unwrap().spans
+        };
+        let b1 = batch(&[&a, &a, &b, &a_again, &b]);
+        let b2 = batch(&[&a_again, &b]);
+        let ids = ResourceIds::of(&[&b1, &b2]).unwrap();
+        assert_eq!(ids.ids, vec![vec![0, 0, 1, 0, 1], vec![0, 1]]);
+        assert_eq!(ids.first, vec![(0, 0), (0, 2)]);
+        let res = ids.batch(7, &[&b1, &b2]).unwrap();
+        assert_eq!(res.num_rows(), 2);
+        let refs = res.column(0).as_any().downcast_ref::<UInt64Array>().unwrap();
+        assert_eq!(refs.values().to_vec(), vec![7 << 32, (7 << 32) | 1]);
+        // Putting the columns back gives the original rows.
+        let lookup = ResourceLookup::new([(7, &res)]).unwrap();
+        let file_rows = RecordBatch::try_new(
+            Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+                datafusion::arrow::datatypes::Field::new(
+                    RESOURCE_REF,
+                    datafusion::arrow::datatypes::DataType::UInt64,
+                    false,
+                ),
+            ])),
+            vec![Arc::new(UInt64Array::from(vec![(7 << 32) | 1, 7 << 32]))],
+        )
+        .unwrap();
+        let out = Arc::new(schema::spans_schema().project(&[17, 20]).unwrap());
+        let p = plan(&file_rows.schema(), &out).unwrap();
+        let got = expand(&file_rows, &out, &p, &lookup).unwrap();
+        let want = b1.project(&[17, 20]).unwrap().slice(2, 2);
+        let want = datafusion::arrow::compute::concat_batches(
+            &out,
+            &[want.slice(0, 1), b1.project(&[17, 20]).unwrap().slice(0, 1)],
+        )
+        .unwrap();
+        assert_eq!(got, want);
+        // A reference to a resource the segment does not have is an error, not a panic.
+        let bad =
+            RecordBatch::try_new(file_rows.schema(), vec![Arc::new(UInt64Array::from(vec![(7 << 32) | 2]))])
+                .unwrap();
+        assert!(expand(&bad, &out, &p, &lookup).is_err());
+        let other =
+            RecordBatch::try_new(file_rows.schema(), vec![Arc::new(UInt64Array::from(vec![8 << 32]))])
+                .unwrap();
+        assert!(expand(&other, &out, &p, &lookup).is_err());
+    }
+}
