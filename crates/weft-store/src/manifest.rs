@@ -15,12 +15,16 @@ use crate::error::{Result, StoreError, io_err};
 
 /// Manifest file name.
 pub const MANIFEST: &str = "MANIFEST.json";
-const FORMAT_VERSION: u32 = 1;
+/// 2: a segment may have a `span_resources` file, and its spans file then carries
+/// `resource_ref` instead of the resource columns (a weft that reads only 1 would misread it).
+const FORMAT_VERSION: u32 = 2;
+/// Oldest version read (1: every spans file has its resource columns).
+const OLDEST_VERSION: u32 = 1;
 
 /// The manifest.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
-    /// Format version (1).
+    /// Format version (2; 1 is read and becomes 2 with the next manifest written).
     pub version: u32,
     /// Id for the next segment (ids are never reused, so cached file metadata never goes stale).
     pub next_segment_id: u64,
@@ -105,14 +109,19 @@ pub fn load(dir: &Path) -> Result<Manifest> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Manifest::default()),
         Err(e) => return Err(io_err("read", &path)(e)),
     };
-    let m: Manifest = serde_json::from_slice(&text)
+    let mut m: Manifest = serde_json::from_slice(&text)
         .map_err(|e| StoreError::Manifest { path: path.clone(), reason: e.to_string() })?;
-    if m.version != FORMAT_VERSION {
+    if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&m.version) {
         return Err(StoreError::Manifest {
             path,
-            reason: format!("format version {} (this weft reads {FORMAT_VERSION})", m.version),
+            reason: format!(
+                "format version {} (this weft reads {OLDEST_VERSION} to {FORMAT_VERSION})",
+                m.version
+            ),
         });
     }
+    // What this weft writes next may be in the newer layout.
+    m.version = FORMAT_VERSION;
     Ok(m)
 }
 
@@ -162,6 +171,20 @@ mod tests {
         store(dir.path(), &m).unwrap();
         assert_eq!(load(dir.path()).unwrap(), m);
         assert!(!dir.path().join("MANIFEST.json.tmp").exists());
+    }
+
+    #[test]
+    fn version_1_is_read_and_newer_versions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = Manifest { next_segment_id: 4, ..Manifest::default() };
+        m.version = 1;
+        store(dir.path(), &m).unwrap();
+        let got = load(dir.path()).unwrap();
+        assert_eq!((got.version, got.next_segment_id), (FORMAT_VERSION, 4));
+        m.version = FORMAT_VERSION + 1;
+        store(dir.path(), &m).unwrap();
+        let e = load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("format version 3"), "{e}");
     }
 
     #[test]

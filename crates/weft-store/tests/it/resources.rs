@@ -112,6 +112,11 @@ fn segments_written_before_resource_files_are_read_and_compacted_into_them() {
     let legacy = store.segments().len();
     assert!(legacy >= 3);
     drop(store);
+    // As a weft of that layout left it: manifest format version 1.
+    let manifest = dir.path().join("MANIFEST.json");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(text.contains("\"version\": 2"), "{text}");
+    std::fs::write(&manifest, text.replacen("\"version\": 2", "\"version\": 1", 1)).unwrap();
     let mut c = config(dir.path());
     c.compaction_min_inputs = 3;
     let store = Store::open(c).unwrap();
@@ -123,6 +128,8 @@ fn segments_written_before_resource_files_are_read_and_compacted_into_them() {
     assert_eq!(segs.iter().filter(|s| !has_resources_file(s)).count(), legacy);
     assert_eq!(segs.iter().filter(|s| has_resources_file(s)).count(), 1);
     check(&store, &all);
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(text.contains("\"version\": 2"), "a manifest naming the new layout is version 2");
     // Compaction reads both layouts and writes the new one.
     assert!(store.compact().unwrap());
     let segs = store.segments();

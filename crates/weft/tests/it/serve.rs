@@ -152,7 +152,13 @@ impl WeftServe {
         unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
         let status = c.wait().expect("wait for weft serve");
         assert!(status.success(), "weft serve exited with {status}");
-        self.stdout.try_iter().collect()
+        // Everything it printed, up to the reader's end of file: the reader thread may not have
+        // passed the last lines on yet when the process is gone (a loaded machine showed it).
+        let mut out = Vec::new();
+        while let Ok(line) = self.stdout.recv_timeout(Duration::from_secs(30)) {
+            out.push(line);
+        }
+        out
     }
 }
 
