@@ -91,10 +91,11 @@ impl TableProvider for SnapshotTable {
         let mut split: Vec<(String, u64)> = Vec::new();
         let mut resources: Vec<(u64, &RecordBatch)> = Vec::new();
         for seg in &self.snapshot.segments {
-            let apart = self.table == crate::memtable::T_SPANS && seg.resources().is_some();
-            if apart && let Some(r) = seg.resources() {
+            let res = if self.table == crate::memtable::T_SPANS { seg.resources() } else { None };
+            if let Some(r) = res {
                 resources.push((seg.meta.id, r));
             }
+            let apart = res.is_some();
             for (t, path, bytes) in seg.paths() {
                 if t == table_name {
                     let f = (path.to_string_lossy().into_owned(), bytes);

@@ -314,24 +314,29 @@ pub(crate) fn expand(
     plan: &[Source],
     lookup: &ResourceLookup,
 ) -> Result<RecordBatch> {
-    let mut indices: Option<UInt32Array> = None;
+    // Rows of the lookup's columns, once per batch, when a resource column is wanted.
+    let refs_at = plan.iter().find_map(|s| match *s {
+        Source::Resource { r, .. } => Some(r),
+        Source::Input(_) => None,
+    });
+    let indices = match refs_at {
+        Some(r) => {
+            let refs = batch
+                .column(r)
+                .as_any()
+                .downcast_ref::<UInt64Array>()
+                .ok_or_else(|| StoreError::Decode("resource_ref is not UInt64".into()))?;
+            Some(lookup.indices(refs)?)
+        }
+        None => None,
+    };
     let mut columns = Vec::with_capacity(plan.len());
     for s in plan {
-        columns.push(match *s {
-            Source::Input(i) => batch.column(i).clone(),
-            Source::Resource { c, r } => {
-                if indices.is_none() {
-                    let refs = batch
-                        .column(r)
-                        .as_any()
-                        .downcast_ref::<UInt64Array>()
-                        .ok_or_else(|| StoreError::Decode("resource_ref is not UInt64".into()))?;
-                    indices = Some(lookup.indices(refs)?);
-                }
-                match &indices {
-                    Some(idx) => take(lookup.columns[c].as_ref(), idx, None)?,
-                    None => return Err(StoreError::Decode("resource indices missing".into())),
-                }
+        columns.push(match (*s, &indices) {
+            (Source::Input(i), _) => batch.column(i).clone(),
+            (Source::Resource { c, .. }, Some(idx)) => take(lookup.columns[c].as_ref(), idx, None)?,
+            (Source::Resource { .. }, None) => {
+                return Err(StoreError::Decode("resource indices missing".into()));
             }
         });
     }

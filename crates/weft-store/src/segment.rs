@@ -86,15 +86,20 @@ pub(crate) fn file_name(id: u64, table: &str) -> String {
     format!("seg-{id:010}-{table}.parquet")
 }
 
-fn props(table: usize, o: &WriteOptions) -> Result<WriterProperties> {
+/// The writer settings every segment file shares: zstd at the configured level, weft as writer.
+fn base_props(o: &WriteOptions) -> Result<WriterPropertiesBuilder> {
     let level = ZstdLevel::try_new(o.zstd_level)
         .map_err(|e| StoreError::Query(format!("zstd level {}: {e}", o.zstd_level)))?;
-    let mut b: WriterPropertiesBuilder = WriterProperties::builder()
+    Ok(WriterProperties::builder()
         .set_compression(Compression::ZSTD(level))
+        .set_created_by(format!("weft-store {}", env!("CARGO_PKG_VERSION"))))
+}
+
+fn props(table: usize, o: &WriteOptions) -> Result<WriterProperties> {
+    let mut b = base_props(o)?
         .set_max_row_group_row_count(Some(o.row_group_rows))
         .set_data_page_row_count_limit(o.page_rows)
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .set_created_by(format!("weft-store {}", env!("CARGO_PKG_VERSION")));
+        .set_statistics_enabled(EnabledStatistics::Page);
     let col = |n: &str| ColumnPath::from(n);
     // Random 8-byte ids: a dictionary only costs.
     let no_dict: &[&str] = match table {
@@ -469,12 +474,7 @@ pub(crate) fn write_segment(
 
 /// Writes `batch` as one Parquet file (zstd, dictionaries), fsynced; returns its size.
 fn write_small(path: &Path, batch: &RecordBatch, o: &WriteOptions) -> Result<u64> {
-    let level = ZstdLevel::try_new(o.zstd_level)
-        .map_err(|e| StoreError::Query(format!("zstd level {}: {e}", o.zstd_level)))?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(level))
-        .set_created_by(format!("weft-store {}", env!("CARGO_PKG_VERSION")))
-        .build();
+    let props = base_props(o)?.build();
     let pq = |source| StoreError::Parquet { path: path.to_owned(), source };
     let file = File::create(path).map_err(io_err("create", path))?;
     let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(pq)?;
@@ -632,8 +632,8 @@ pub(crate) struct Segment {
     /// Span events / links readers, opened on first use.
     lazy: [OnceLock<Result<FileReader, String>>; 2],
     /// The resources file's rows (segments written with `resource_table`), loaded with the
-    /// segment, and a lookup over them.
-    resources: Option<(RecordBatch, ResourceLookup)>,
+    /// segment.
+    resources: Option<RecordBatch>,
     obsolete: AtomicBool,
 }
 
@@ -651,8 +651,7 @@ impl Segment {
                 let batch =
                     datafusion::arrow::compute::concat_batches(&schema::span_resources_schema(), &parts)
                         .map_err(|e| StoreError::Decode(format!("{}: {e}", path.display())))?;
-                let lookup = ResourceLookup::new([(meta.id, &batch)])?;
-                Some((batch, lookup))
+                Some(batch)
             }
             None => None,
         };
@@ -668,26 +667,18 @@ impl Segment {
 
     /// The resources file's rows, when the segment has one.
     pub fn resources(&self) -> Option<&RecordBatch> {
-        self.resources.as_ref().map(|r| &r.0)
+        self.resources.as_ref()
     }
 
     /// Rows read from this segment's spans file as `spans` rows (the resource columns put back
     /// when the segment stores them apart).
     pub fn spans_rows(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
-        let Some((_, lookup)) = &self.resources else { return Ok(batches) };
+        let Some(res) = &self.resources else { return Ok(batches) };
+        let lookup = ResourceLookup::new([(self.meta.id, res)])?;
         let out = schema::spans_schema();
-        let mut plan = None;
         batches
             .into_iter()
-            .map(|b| {
-                if plan.is_none() {
-                    plan = Some(resources::plan(&b.schema(), &out)?);
-                }
-                match &plan {
-                    Some(p) => resources::expand(&b, &out, p, lookup),
-                    None => Err(StoreError::Decode("no expansion plan".into())),
-                }
-            })
+            .map(|b| resources::expand(&b, &out, &resources::plan(&b.schema(), &out)?, &lookup))
             .collect()
     }
 
