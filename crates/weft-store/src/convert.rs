@@ -16,15 +16,26 @@ use crate::attrs::{AttrColumns, AttrSize, read_attrs};
 use crate::error::{Result, StoreError};
 use crate::schema;
 
-/// The three batches one group of spans becomes.
+/// The batches one group of spans becomes.
 #[derive(Debug, Clone)]
 pub struct SpanBatches {
-    /// Rows of `spans`.
+    /// Rows of `spans` in the segment files' layout: without the resource columns, with a
+    /// `resource_ref` naming a row of `resources` (see [`SpanBatches::logical_spans`]).
     pub spans: RecordBatch,
+    /// The distinct resources of `spans` (schema of a segment's `span_resources` file,
+    /// `resource_ref` = row number).
+    pub resources: RecordBatch,
     /// Rows of `span_events`.
     pub events: RecordBatch,
     /// Rows of `span_links`.
     pub links: RecordBatch,
+}
+
+impl SpanBatches {
+    /// The `spans` rows with their resource columns (the SQL table's schema).
+    pub fn logical_spans(&self) -> Result<RecordBatch> {
+        crate::resources::expand_local(&self.spans, &self.resources)
+    }
 }
 
 fn ts_array(v: Vec<i64>) -> ArrayRef {
@@ -35,7 +46,11 @@ fn fsb(capacity: usize, width: i32) -> FixedSizeBinaryBuilder {
     FixedSizeBinaryBuilder::with_capacity(capacity, width)
 }
 
-/// Converts spans to record batches of `spans`, `span_events` and `span_links`.
+/// Distinct resources of one conversion compared with each new one.
+const MAX_COMPARED: usize = 64;
+
+/// Converts spans to record batches of `spans` (and its resources), `span_events` and
+/// `span_links`. Each distinct resource is converted once.
 pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let n = spans.len();
     // One cheap pass first, so that every builder is allocated once at its final size.
@@ -44,7 +59,6 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let (mut name_bytes, mut ev_name_bytes) = (0, 0);
     for s in spans {
         sz_attrs.add(&s.attributes);
-        sz_res.add(&s.resource.attributes);
         sz_scope.add(&s.scope.attributes);
         name_bytes += s.name.len();
         for e in &s.events {
@@ -68,9 +82,9 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let mut dropped_attrs = UInt32Builder::with_capacity(n);
     let mut dropped_events = UInt32Builder::with_capacity(n);
     let mut dropped_links = UInt32Builder::with_capacity(n);
-    let mut res_attrs = AttrColumns::sized(sz_res);
-    let mut res_dropped = UInt32Builder::with_capacity(n);
-    let mut res_schema = StringBuilder::with_capacity(n, 0);
+    // Distinct resources (by `Arc`) in order of first appearance, and each span's.
+    let mut resources: Vec<&Arc<Resource>> = Vec::new();
+    let mut resource_ref: Vec<u64> = Vec::with_capacity(n);
     let mut scope_name = StringBuilder::with_capacity(n, n * 8);
     let mut scope_version = StringBuilder::with_capacity(n, n * 4);
     let mut scope_attrs = AttrColumns::sized(sz_scope);
@@ -119,12 +133,25 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
         dropped_attrs.append_value(s.dropped_attributes_count);
         dropped_events.append_value(s.dropped_events_count);
         dropped_links.append_value(s.dropped_links_count);
-        match prev {
-            Some(p) if Arc::ptr_eq(&p.resource, &s.resource) => res_attrs.repeat_last(),
-            _ => res_attrs.append(&s.resource.attributes),
-        }
-        res_dropped.append_value(s.resource.dropped_attributes_count);
-        res_schema.append_value(&s.resource.schema_url);
+        let r = match (prev, resource_ref.last()) {
+            (Some(p), Some(&r)) if Arc::ptr_eq(&p.resource, &s.resource) => r,
+            // A request often names one resource in many `ResourceSpans` (spans of a trace
+            // interleave services): compare content, so `resources` stays a handful of rows.
+            // Past `MAX_COMPARED` distinct ones, a repeat may get a row of its own (the buffer
+            // numbers resources by content anyway) rather than costing a quadratic search.
+            _ => match resources
+                .iter()
+                .take(MAX_COMPARED)
+                .position(|r| Arc::ptr_eq(r, &s.resource) || ***r == *s.resource)
+            {
+                Some(i) => i as u64,
+                None => {
+                    resources.push(&s.resource);
+                    resources.len() as u64 - 1
+                }
+            },
+        };
+        resource_ref.push(r);
         scope_name.append_value(&s.scope.name);
         scope_version.append_value(&s.scope.version);
         match prev {
@@ -157,12 +184,29 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     }
 
     let (attrs_map, attrs_types) = attrs.finish("spans.attributes")?;
-    let (res_attrs_map, res_attrs_types) = res_attrs.finish("spans.resource_attributes")?;
     let (scope_attrs_map, scope_attrs_types) = scope_attrs.finish("spans.scope_attributes")?;
     let (ev_attrs_map, ev_attrs_types) = ev_attrs.finish("span_events.attributes")?;
     let (ln_attrs_map, ln_attrs_types) = ln_attrs.finish("span_links.attributes")?;
+    for r in &resources {
+        sz_res.add(&r.attributes);
+    }
+    let mut res_attrs = AttrColumns::sized(sz_res);
+    for r in &resources {
+        res_attrs.append(&r.attributes);
+    }
+    let (res_attrs_map, res_attrs_types) = res_attrs.finish("span_resources.resource_attributes")?;
+    let resources_batch = RecordBatch::try_new(
+        schema::span_resources_schema(),
+        vec![
+            Arc::new(UInt64Array::from_iter_values(0..resources.len() as u64)),
+            Arc::new(res_attrs_map),
+            Arc::new(res_attrs_types),
+            Arc::new(UInt32Array::from_iter_values(resources.iter().map(|r| r.dropped_attributes_count))),
+            Arc::new(StringArray::from_iter_values(resources.iter().map(|r| r.schema_url.as_str()))),
+        ],
+    )?;
     let spans_batch = RecordBatch::try_new(
-        schema::spans_schema(),
+        schema::spans_file_schema(),
         vec![
             Arc::new(trace_id.finish()),
             Arc::new(span_id.finish()),
@@ -181,16 +225,13 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Arc::new(dropped_attrs.finish()),
             Arc::new(dropped_events.finish()),
             Arc::new(dropped_links.finish()),
-            Arc::new(res_attrs_map),
-            Arc::new(res_attrs_types),
-            Arc::new(res_dropped.finish()),
-            Arc::new(res_schema.finish()),
             Arc::new(scope_name.finish()),
             Arc::new(scope_version.finish()),
             Arc::new(scope_attrs_map),
             Arc::new(scope_attrs_types),
             Arc::new(scope_dropped.finish()),
             Arc::new(scope_schema.finish()),
+            Arc::new(UInt64Array::from(resource_ref)),
         ],
     )?;
     let events_batch = RecordBatch::try_new(
@@ -220,7 +261,12 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Arc::new(ln_dropped.finish()),
         ],
     )?;
-    Ok(SpanBatches { spans: spans_batch, events: events_batch, links: links_batch })
+    Ok(SpanBatches {
+        spans: spans_batch,
+        resources: resources_batch,
+        events: events_batch,
+        links: links_batch,
+    })
 }
 
 /// Converts raw events to a batch of the `events` table.
@@ -506,7 +552,7 @@ mod tests {
         assert_eq!(b.spans.num_rows(), 10);
         assert_eq!(b.events.num_rows(), 20);
         assert_eq!(b.links.num_rows(), 5);
-        let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
+        let back = batches_to_spans(&[b.logical_spans().unwrap()], &[b.events], &[b.links]).unwrap();
         assert_eq!(back, spans);
     }
 
@@ -544,7 +590,13 @@ mod tests {
             spans.push(sp);
         }
         let b = spans_to_batches(&spans).unwrap();
-        let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
+        // Each resource once, in order of first appearance, whether or not its spans are
+        // adjacent.
+        assert_eq!(b.resources.num_rows(), 3);
+        let refs = b.spans.column_by_name("resource_ref").unwrap();
+        let refs = refs.as_any().downcast_ref::<UInt64Array>().unwrap();
+        assert_eq!(refs.values().to_vec(), vec![0, 0, 1, 1, 1, 2, 2, 1, 1]);
+        let back = batches_to_spans(&[b.logical_spans().unwrap()], &[b.events], &[b.links]).unwrap();
         assert_eq!(back, spans);
     }
 
@@ -554,7 +606,7 @@ mod tests {
         s.start_ns = u64::MAX - 1;
         s.end_ns = 3; // end before start: kept as given
         let b = spans_to_batches(std::slice::from_ref(&s)).unwrap();
-        let back = batches_to_spans(&[b.spans], &[b.events], &[b.links]).unwrap();
+        let back = batches_to_spans(&[b.logical_spans().unwrap()], &[b.events], &[b.links]).unwrap();
         assert_eq!(back[0].start_ns, u64::MAX - 1);
         assert_eq!(back[0].end_ns, 3);
     }

@@ -498,7 +498,7 @@ impl Store {
         let batches = spans_to_batches(spans)?;
         // The IPC streams are about the size of the Arrow buffers: reserve that once instead of
         // growing the payload (each regrowth copied it and faulted in fresh pages).
-        let arrow_bytes = [&batches.spans, &batches.events, &batches.links]
+        let arrow_bytes = [&batches.spans, &batches.resources, &batches.events, &batches.links]
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>();
@@ -576,24 +576,27 @@ impl Store {
         self.inner.state.read().segments.iter().map(|s| s.meta.clone()).collect()
     }
 
-    fn snapshot(&self) -> Arc<Snapshot> {
+    fn snapshot(&self) -> Result<Arc<Snapshot>> {
         let st = self.inner.state.read();
         let mut memory: [Vec<RecordBatch>; 4] = Default::default();
+        let mut memory_resources = Vec::with_capacity(st.frozen.len() + 1);
         for f in &st.frozen {
             for (t, m) in memory.iter_mut().enumerate() {
                 m.extend(f.mem.tables[t].iter().cloned());
             }
+            memory_resources.push((u64::from(f.mem.resources.id()), f.mem.resources.batch()?));
         }
         let active = st.active.snapshot();
         for (t, m) in memory.iter_mut().enumerate() {
             m.extend(active[t].iter().cloned());
         }
-        Arc::new(Snapshot { segments: st.segments.clone(), memory })
+        memory_resources.push((u64::from(st.active.resources.id()), st.active.resources.batch()?));
+        Ok(Arc::new(Snapshot { segments: st.segments.clone(), memory, memory_resources }))
     }
 
     /// All spans of a trace, ordered by start time (empty when unknown).
     pub fn trace(&self, id: TraceId) -> Result<Vec<Span>> {
-        let snap = self.snapshot();
+        let snap = self.snapshot()?;
         let mut parts: [Vec<RecordBatch>; 3] = Default::default();
         for seg in &snap.segments {
             if let Some(found) = seg.read_trace(&id)? {
@@ -603,11 +606,23 @@ impl Store {
             }
         }
         for (t, p) in parts.iter_mut().enumerate() {
+            let mut found = Vec::new();
             for b in &snap.memory[t] {
                 if let Some(f) = convert::filter_trace(b, &id)? {
-                    p.push(f);
+                    found.push(f);
                 }
             }
+            if t == memtable::T_SPANS && !found.is_empty() {
+                // Buffered spans name their resources; put the columns back.
+                let lookup =
+                    resources::ResourceLookup::new(snap.memory_resources.iter().map(|(i, b)| (*i, b)))?;
+                let out = schema::spans_schema();
+                let plan = resources::plan(&schema::spans_file_schema(), &out)?;
+                for f in &mut found {
+                    *f = resources::expand(f, &out, &plan, &lookup)?;
+                }
+            }
+            p.extend(found);
         }
         let mut spans = batches_to_spans(&parts[0], &parts[1], &parts[2])?;
         spans.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(a.span_id.cmp(&b.span_id)));
@@ -618,7 +633,7 @@ impl Store {
     /// `span_links`, `events`. The snapshot (and the segment files it names) lives as long as
     /// the context.
     pub fn session(&self) -> Result<SessionContext> {
-        let snap = self.snapshot();
+        let snap = self.snapshot()?;
         let config = SessionConfig::new()
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
             .with_information_schema(true);
@@ -930,6 +945,7 @@ impl Inner {
                 id,
                 0,
                 &mem.tables,
+                &mem.resources.batch()?,
                 (mem.operations_sorted(), mem.operations_complete),
                 &self.cfg.write,
             )?;
@@ -1082,6 +1098,11 @@ impl Inner {
             complete = false;
             ops.clear();
         }
+        // The inputs' distinct resources, numbered again for the merged segment.
+        let logical = std::mem::take(&mut tables[memtable::T_SPANS]);
+        let (spans, resources) = resources::normalize(&logical.iter().collect::<Vec<_>>())?;
+        drop(logical);
+        tables[memtable::T_SPANS] = spans;
         let id = {
             let mut m = self.manifest.lock();
             let id = m.next_segment_id;
@@ -1093,6 +1114,7 @@ impl Inner {
             id,
             level + 1,
             &tables,
+            &resources,
             (ops.into_iter().collect(), complete),
             &self.cfg.write,
         )?;

@@ -2,6 +2,7 @@
 //! Parquet segment when big or old enough.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use datafusion::arrow::array::{RecordBatch, StringArray, TimestampNanosecondArray};
@@ -9,6 +10,7 @@ use datafusion::arrow::compute::concat_batches;
 
 use crate::convert::SpanBatches;
 use crate::error::Result;
+use crate::resources::BufferResources;
 use crate::schema;
 
 /// Distinct (service, name, kind) kept per buffer/segment before giving up listing them.
@@ -24,9 +26,17 @@ const SMALL_RUN: usize = 64;
 pub(crate) const T_SPANS: usize = 0;
 pub(crate) const T_EVENTS: usize = 3;
 
+/// Ids of buffers, for the high bits of their span rows' `resource_ref`s: unique among the
+/// buffers of a process (it would take 2^32 buffers for one to wrap onto a live one).
+static NEXT_BUFFER_ID: AtomicU32 = AtomicU32::new(1);
+
 /// One buffer.
 pub(crate) struct MemTable {
+    /// Per table: its batches. Spans are in the segment files' layout (`resource_ref` naming a
+    /// row of `resources`); see [`schema_of`].
     pub tables: [Vec<RecordBatch>; 4],
+    /// The distinct resources of the buffered spans.
+    pub resources: BufferResources,
     pub rows: [u64; 4],
     pub bytes: usize,
     /// Min/max time per table (span start, event time).
@@ -43,6 +53,7 @@ impl Default for MemTable {
     fn default() -> Self {
         MemTable {
             tables: Default::default(),
+            resources: BufferResources::new(NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed)),
             rows: [0; 4],
             bytes: 0,
             time_range: [None; 4],
@@ -52,6 +63,12 @@ impl Default for MemTable {
             small_run: [0; 4],
         }
     }
+}
+
+/// Schema of the buffer's batches of table `t`: as in the segment files (spans without the
+/// resource columns, with `resource_ref`).
+pub(crate) fn schema_of(t: usize) -> datafusion::arrow::datatypes::SchemaRef {
+    if t == T_SPANS { schema::spans_file_schema() } else { schema::schema_of(t) }
 }
 
 fn time_column(table: usize) -> &'static str {
@@ -67,8 +84,11 @@ impl MemTable {
     }
 
     pub fn push_spans(&mut self, b: SpanBatches) -> Result<()> {
-        self.note_operations(&b.spans);
-        self.push(0, b.spans)?;
+        let before = self.resources.bytes();
+        let spans = self.resources.adopt(&b.spans, &b.resources)?;
+        self.bytes += self.resources.bytes() - before;
+        self.note_operations(&spans);
+        self.push(0, spans)?;
         self.push(1, b.events)?;
         self.push(2, b.links)?;
         Ok(())
@@ -149,7 +169,7 @@ impl MemTable {
         let at = self.tables[t].len() - run;
         let tail: Vec<RecordBatch> = self.tables[t].split_off(at);
         let old: usize = tail.iter().map(|b| b.get_array_memory_size()).sum();
-        let merged = concat_batches(&schema::schema_of(t), &tail)?;
+        let merged = concat_batches(&schema_of(t), &tail)?;
         self.bytes = self.bytes - old + merged.get_array_memory_size();
         self.tables[t].push(merged);
         Ok(())
@@ -185,6 +205,26 @@ mod tests {
     fn push(m: &mut MemTable, from: u64, n: u64) {
         let spans: Vec<_> = (from..from + n).map(span).collect();
         m.push_spans(spans_to_batches(&spans).unwrap()).unwrap();
+    }
+
+    /// Appends bring their resources; the buffer keeps each distinct one once, and its span
+    /// rows name the buffer's rows.
+    #[test]
+    fn resources_are_kept_once_per_buffer() {
+        let mut m = MemTable::default();
+        push(&mut m, 0, 20);
+        push(&mut m, 100, 20);
+        let res = m.resources.batch().unwrap();
+        assert_eq!(res.num_rows(), 3, "testutil spans have three resources");
+        let id = u64::from(m.resources.id());
+        for (b, from) in m.tables[T_SPANS].iter().zip([0, 100]) {
+            let refs = b.column_by_name(schema::RESOURCE_REF).unwrap();
+            let refs = refs.as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>().unwrap();
+            // Span i has resource svc-(i % 3), numbered in order of first appearance.
+            let want: Vec<u64> = (from..from + 20).map(|i| id << 32 | (i % 3)).collect();
+            assert_eq!(refs.values().to_vec(), want);
+        }
+        assert_ne!(MemTable::default().resources.id(), m.resources.id());
     }
 
     #[test]

@@ -34,8 +34,11 @@ use crate::segment::Segment;
 /// What a query sees: live segments and buffered batches, per table.
 pub(crate) struct Snapshot {
     pub segments: Vec<Arc<Segment>>,
-    /// Buffered batches (active and frozen buffers), per table.
+    /// Buffered batches (active and frozen buffers), per table; spans in the segment files'
+    /// layout.
     pub memory: [Vec<RecordBatch>; 4],
+    /// Each buffer's id and resources, which its span rows name.
+    pub memory_resources: Vec<(u64, RecordBatch)>,
 }
 
 impl fmt::Debug for Snapshot {
@@ -109,22 +112,9 @@ impl TableProvider for SnapshotTable {
         {
             inputs.push(scan);
         }
+        let file_schema = schema::spans_file_schema();
+        let (cols, wants_resources) = file_projection(&projected)?;
         if !split.is_empty() {
-            let file_schema = schema::spans_file_schema();
-            let mut cols: Vec<usize> = Vec::new();
-            let mut wants_resources = false;
-            for f in projected.fields() {
-                let name = if schema::RESOURCE_COLUMNS.contains(&f.name().as_str()) {
-                    wants_resources = true;
-                    schema::RESOURCE_REF
-                } else {
-                    f.name().as_str()
-                };
-                let i = file_schema.index_of(name)?;
-                if !cols.contains(&i) {
-                    cols.push(i);
-                }
-            }
             // Filters on resource columns cannot prune these files; DataFusion applies every
             // filter above the scan anyway.
             let usable: Vec<Expr> = filters
@@ -138,8 +128,16 @@ impl TableProvider for SnapshotTable {
                 ResourceLookup::new(std::iter::empty())
             }
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            if let Some(scan) =
-                parquet_scan(state, split, file_schema, Some(cols), &usable, limit, partitions).await?
+            if let Some(scan) = parquet_scan(
+                state,
+                split,
+                file_schema.clone(),
+                Some(cols.clone()),
+                &usable,
+                limit,
+                partitions,
+            )
+            .await?
             {
                 let exec = ExpandExec::new(scan, projected.clone(), Arc::new(lookup))
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
@@ -147,7 +145,8 @@ impl TableProvider for SnapshotTable {
             }
         }
 
-        // Buffered batches, spread over `partitions` partitions.
+        // Buffered batches, spread over `partitions` partitions. Buffered spans name their
+        // resources like the segments' spans files do.
         let mem = &self.snapshot.memory[self.table];
         if !mem.is_empty() {
             let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions.min(mem.len())];
@@ -155,11 +154,30 @@ impl TableProvider for SnapshotTable {
                 let n = parts.len();
                 parts[i % n].push(b.clone());
             }
-            let mut exec = MemorySourceConfig::try_new(&parts, self.schema.clone(), projection.cloned())?;
+            let spans = self.table == crate::memtable::T_SPANS;
+            let (schema, proj) = if spans {
+                (file_schema.clone(), Some(cols.clone()))
+            } else {
+                (self.schema.clone(), projection.cloned())
+            };
+            let mut exec = MemorySourceConfig::try_new(&parts, schema, proj)?;
             if let Some(l) = limit {
                 exec = exec.with_limit(Some(l));
             }
-            inputs.push(datafusion::datasource::source::DataSourceExec::from_data_source(exec));
+            let scan = datafusion::datasource::source::DataSourceExec::from_data_source(exec);
+            if spans {
+                let lookup = if wants_resources {
+                    ResourceLookup::new(self.snapshot.memory_resources.iter().map(|(i, b)| (*i, b)))
+                } else {
+                    ResourceLookup::new(std::iter::empty())
+                }
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                let exec = ExpandExec::new(scan, projected.clone(), Arc::new(lookup))
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                inputs.push(Arc::new(exec));
+            } else {
+                inputs.push(scan);
+            }
         }
 
         if inputs.is_empty() {
@@ -167,6 +185,29 @@ impl TableProvider for SnapshotTable {
         }
         UnionExec::try_new(inputs)
     }
+}
+
+/// The columns of the spans file layout that give the logical `spans` columns of `projected`
+/// (`resource_ref` for the resource columns), and whether any resource column is wanted.
+fn file_projection(projected: &SchemaRef) -> DfResult<(Vec<usize>, bool)> {
+    let file_schema = schema::spans_file_schema();
+    let mut cols: Vec<usize> = Vec::new();
+    let mut wants_resources = false;
+    for f in projected.fields() {
+        let name = if schema::RESOURCE_COLUMNS.contains(&f.name().as_str()) {
+            wants_resources = true;
+            schema::RESOURCE_REF
+        } else {
+            f.name().as_str()
+        };
+        // Tables other than spans have columns the spans file does not: they never use this.
+        if let Ok(i) = file_schema.index_of(name)
+            && !cols.contains(&i)
+        {
+            cols.push(i);
+        }
+    }
+    Ok((cols, wants_resources))
 }
 
 /// A Parquet scan of `files` (table schema `schema`), spread over `partitions` groups by size,

@@ -190,7 +190,7 @@ mod tests {
     #[test]
     fn spans_render_in_every_format() {
         let spans: Vec<_> = (0..3).map(crate::testutil::span).collect();
-        let b = spans_to_batches(&spans).unwrap().spans;
+        let b = spans_to_batches(&spans).unwrap().logical_spans().unwrap();
         let schema = b.schema();
         let j = to_json(&schema, std::slice::from_ref(&b));
         let row = &j["rows"][0];

@@ -15,6 +15,14 @@
 //! compaction through [`expand`], SQL through [`ExpandExec`] (only when a query projects a
 //! resource column). The SQL schema does not change. Segments written before this layout (no
 //! resources file) are read as they are.
+//!
+//! Spans have this layout from the moment they are converted: an append's batches carry its
+//! distinct resources once (the WAL record too), the in-memory buffer keeps each distinct
+//! resource once ([`BufferResources`]; span rows name `buffer id << 32 | row`, and buffer
+//! queries put the columns back the same way), and a flush writes the buffer's resources as the
+//! segment's resources file. Carrying the four columns on every span through conversion, WAL
+//! and buffer, and numbering them at flush time, had cost ~8 % of a durable ingest's
+//! instructions and a third of the WAL's bytes.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -101,74 +109,93 @@ fn opt_str(a: &StringArray, i: usize) -> Option<&[u8]> {
     a.is_valid(i).then(|| a.value(i).as_bytes())
 }
 
+/// Numbers distinct resources by content, across any number of batches: the first distinct
+/// resource is 0, the next 1, and so on. Works on any batch with the four
+/// [`RESOURCE_COLUMNS`] (logical `spans` batches, resources batches).
+#[derive(Default)]
+pub(crate) struct ResourceNumbering {
+    // aHash: std's SipHash over these ~300-byte keys was most of the numbering's cost.
+    seen: HashMap<Vec<u8>, u32, ahash::RandomState>,
+    key: Vec<u8>,
+}
+
+impl ResourceNumbering {
+    /// How many distinct resources have been numbered.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// The number of each row of `b`; `new(row)` is called for each row that is the first of
+    /// its resource (in row order, so the n-th call gets the row numbered `len() + n` before
+    /// this call). A row equal to the previous one costs a byte comparison; any other row an
+    /// encoded key and a hash lookup.
+    pub fn number(&mut self, b: &RecordBatch, mut new: impl FnMut(usize)) -> Result<Vec<u32>> {
+        let (attrs, types, dropped, url) = resource_columns(b)?;
+        let (Some(keys), Some(values)) = (
+            attrs.keys().as_any().downcast_ref::<StringArray>(),
+            attrs.values().as_any().downcast_ref::<StringArray>(),
+        ) else {
+            return Err(StoreError::Decode("resource_attributes is not a map of strings".into()));
+        };
+        let offsets = attrs.value_offsets();
+        let plain = keys.null_count() == 0 && values.null_count() == 0;
+        let mut row_ids = Vec::with_capacity(b.num_rows());
+        let mut last: Option<u32> = None;
+        let key = &mut self.key;
+        for r in 0..b.num_rows() {
+            // Most rows of a spans batch repeat the previous one: compare the Arrow bytes.
+            if let Some(id) = last
+                && plain
+                && same_row(attrs, keys, values, r, r - 1)
+                && same_str(types, r, r - 1)
+                && dropped.is_valid(r) == dropped.is_valid(r - 1)
+                && dropped.value(r) == dropped.value(r - 1)
+                && same_str(url, r, r - 1)
+            {
+                row_ids.push(id);
+                continue;
+            }
+            key.clear();
+            if attrs.is_valid(r) {
+                let (lo, hi) = (offsets[r] as usize, offsets[r + 1] as usize);
+                key.push(1);
+                key.extend_from_slice(&((hi - lo) as u64).to_le_bytes());
+                for e in lo..hi {
+                    put(key, opt_str(keys, e));
+                    put(key, opt_str(values, e));
+                }
+            } else {
+                key.push(0);
+            }
+            put(key, opt_str(types, r));
+            put(key, dropped.is_valid(r).then(|| dropped.value(r).to_le_bytes()).as_ref().map(|b| &b[..]));
+            put(key, opt_str(url, r));
+            let id = match self.seen.get(key.as_slice()) {
+                Some(&id) => id,
+                None => {
+                    let id = u32::try_from(self.seen.len())
+                        .map_err(|_| StoreError::Decode("more than 2^32 distinct resources".into()))?;
+                    new(r);
+                    self.seen.insert(key.clone(), id);
+                    id
+                }
+            };
+            row_ids.push(id);
+            last = Some(id);
+        }
+        Ok(row_ids)
+    }
+}
+
 impl ResourceIds {
     /// Numbers the distinct resources of `batches` (logical `spans` batches) in order of first
-    /// appearance. A row equal to the previous one (spans of one `ResourceSpans`) costs a byte
-    /// comparison; any other row an encoded key and a hash lookup.
+    /// appearance.
     pub fn of(batches: &[&RecordBatch]) -> Result<ResourceIds> {
-        // aHash: std's SipHash over these ~300-byte keys was most of this function's cost.
-        let mut seen: HashMap<Vec<u8>, u32, ahash::RandomState> = HashMap::default();
+        let mut numbering = ResourceNumbering::default();
         let mut first = Vec::new();
         let mut ids = Vec::with_capacity(batches.len());
-        let mut key = Vec::with_capacity(512);
         for (bi, b) in batches.iter().enumerate() {
-            let (attrs, types, dropped, url) = resource_columns(b)?;
-            let (Some(keys), Some(values)) = (
-                attrs.keys().as_any().downcast_ref::<StringArray>(),
-                attrs.values().as_any().downcast_ref::<StringArray>(),
-            ) else {
-                return Err(StoreError::Decode("resource_attributes is not a map of strings".into()));
-            };
-            let offsets = attrs.value_offsets();
-            let plain = keys.null_count() == 0 && values.null_count() == 0;
-            let mut row_ids = Vec::with_capacity(b.num_rows());
-            let mut last: Option<u32> = None;
-            for r in 0..b.num_rows() {
-                // Most rows repeat the previous one: compare the Arrow bytes directly.
-                if let Some(id) = last
-                    && plain
-                    && same_row(attrs, keys, values, r, r - 1)
-                    && same_str(types, r, r - 1)
-                    && dropped.is_valid(r) == dropped.is_valid(r - 1)
-                    && dropped.value(r) == dropped.value(r - 1)
-                    && same_str(url, r, r - 1)
-                {
-                    row_ids.push(id);
-                    continue;
-                }
-                key.clear();
-                if attrs.is_valid(r) {
-                    let (lo, hi) = (offsets[r] as usize, offsets[r + 1] as usize);
-                    key.push(1);
-                    key.extend_from_slice(&((hi - lo) as u64).to_le_bytes());
-                    for e in lo..hi {
-                        put(&mut key, opt_str(keys, e));
-                        put(&mut key, opt_str(values, e));
-                    }
-                } else {
-                    key.push(0);
-                }
-                put(&mut key, opt_str(types, r));
-                put(
-                    &mut key,
-                    dropped.is_valid(r).then(|| dropped.value(r).to_le_bytes()).as_ref().map(|b| &b[..]),
-                );
-                put(&mut key, opt_str(url, r));
-                let id = match seen.get(&key) {
-                    Some(&id) => id,
-                    None => {
-                        let id = u32::try_from(first.len()).map_err(|_| {
-                            StoreError::Decode("more than 2^32 resources in one segment".into())
-                        })?;
-                        first.push((bi, r));
-                        seen.insert(key.clone(), id);
-                        id
-                    }
-                };
-                row_ids.push(id);
-                last = Some(id);
-            }
-            ids.push(row_ids);
+            ids.push(numbering.number(b, |r| first.push((bi, r)))?);
         }
         Ok(ResourceIds { ids, first })
     }
@@ -199,6 +226,195 @@ impl ResourceIds {
 /// `resource_ref` of row `row` of segment `segment`'s resources file.
 pub(crate) fn segment_ref(segment: u64, row: u64) -> u64 {
     (segment << 32) | row
+}
+
+/// Logical `spans` batches in the file layout: each batch without [`RESOURCE_COLUMNS`] and with
+/// a [`RESOURCE_REF`] naming a row (`0 << 32 | row`) of the returned resources batch, which
+/// holds every distinct resource once. For rows that come without their resources apart
+/// (compaction's input, WAL records written before the buffer kept resources apart).
+pub(crate) fn normalize(batches: &[&RecordBatch]) -> Result<(Vec<RecordBatch>, RecordBatch)> {
+    let ids = ResourceIds::of(batches)?;
+    let resources = ids.batch(0, batches)?;
+    let spans = batches
+        .iter()
+        .zip(&ids.ids)
+        .map(|(b, ids)| {
+            let refs: ArrayRef = Arc::new(UInt64Array::from_iter_values(ids.iter().map(|&i| u64::from(i))));
+            file_layout(b, refs)
+        })
+        .collect::<Result<_>>()?;
+    Ok((spans, resources))
+}
+
+/// A logical `spans` batch in the file layout, with `refs` as its [`RESOURCE_REF`] column.
+fn file_layout(logical: &RecordBatch, refs: ArrayRef) -> Result<RecordBatch> {
+    let schema = schema::spans_file_schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if f.name() == RESOURCE_REF {
+                Ok(refs.clone())
+            } else {
+                logical
+                    .column_by_name(f.name())
+                    .cloned()
+                    .ok_or_else(|| StoreError::Decode(format!("spans batch without {}", f.name())))
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// The rows of `resources` named by the low 32 bits of `refs` (the high bits, which say whose
+/// resources they are, are the caller's business); an error for a row it does not have.
+fn local_rows(refs: &UInt64Array, resources: usize) -> Result<UInt32Array> {
+    if refs.null_count() > 0 {
+        return Err(StoreError::Decode("resource_ref has nulls".into()));
+    }
+    refs.values()
+        .iter()
+        .map(|&r| {
+            let row = (r & 0xffff_ffff) as u32;
+            if (row as usize) < resources {
+                Ok(row)
+            } else {
+                Err(StoreError::Decode(format!("resource_ref names resource {row} of {resources}")))
+            }
+        })
+        .collect::<Result<Vec<u32>>>()
+        .map(UInt32Array::from)
+}
+
+fn ref_column(b: &RecordBatch) -> Result<(usize, &UInt64Array)> {
+    let at = b
+        .schema_ref()
+        .index_of(RESOURCE_REF)
+        .map_err(|_| StoreError::Decode("spans batch without resource_ref".into()))?;
+    let refs = b
+        .column(at)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .ok_or_else(|| StoreError::Decode("resource_ref is not UInt64".into()))?;
+    Ok((at, refs))
+}
+
+/// A file-layout `spans` batch as logical `spans` rows, its resources looked up in
+/// `resources` (a resources batch whose rows the refs' low 32 bits name).
+pub(crate) fn expand_local(spans: &RecordBatch, resources: &RecordBatch) -> Result<RecordBatch> {
+    let (_, refs) = ref_column(spans)?;
+    let rows = local_rows(refs, resources.num_rows())?;
+    let out = schema::spans_schema();
+    let columns = out
+        .fields()
+        .iter()
+        .map(|f| {
+            let from = if RESOURCE_COLUMNS.contains(&f.name().as_str()) {
+                return resources
+                    .column_by_name(f.name())
+                    .ok_or_else(|| StoreError::Decode(format!("resources batch without {}", f.name())))
+                    .and_then(|c| Ok(take(c.as_ref(), &rows, None)?));
+            } else {
+                spans.column_by_name(f.name())
+            };
+            from.cloned().ok_or_else(|| StoreError::Decode(format!("spans batch without {}", f.name())))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(spans.num_rows()));
+    Ok(RecordBatch::try_new_with_options(out, columns, &opts)?)
+}
+
+/// The distinct resources of one in-memory buffer, each kept once: appends bring their own
+/// resources (a few rows) and span rows naming them; the buffer numbers them by content and
+/// points the span rows at its own rows (`buffer id << 32 | row`). A flush writes these rows as
+/// the segment's resources file as they are, renumbered.
+pub(crate) struct BufferResources {
+    id: u32,
+    numbering: ResourceNumbering,
+    /// Resources batches (`span_resources` schema), rows in number order.
+    chunks: Vec<RecordBatch>,
+    bytes: usize,
+    /// `chunks` concatenated, built when first asked for after a change.
+    joined: parking_lot::Mutex<Option<RecordBatch>>,
+}
+
+impl BufferResources {
+    pub fn new(id: u32) -> Self {
+        BufferResources {
+            id,
+            numbering: ResourceNumbering::default(),
+            chunks: Vec::new(),
+            bytes: 0,
+            joined: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The buffer id in the high bits of its span rows' `resource_ref`s.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Memory held by the resources.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Takes in one append: `resources` (its distinct resources) and `spans` (file layout,
+    /// `resource_ref` = row of `resources`). Returns `spans` with `resource_ref`s naming this
+    /// buffer's rows.
+    pub fn adopt(&mut self, spans: &RecordBatch, resources: &RecordBatch) -> Result<RecordBatch> {
+        let base = self.numbering.len() as u64;
+        let mut fresh: Vec<u32> = Vec::new();
+        let numbers = self.numbering.number(resources, |r| fresh.push(r as u32))?;
+        if !fresh.is_empty() {
+            let rows = datafusion::arrow::compute::take_record_batch(resources, &UInt32Array::from(fresh))?;
+            let refs: ArrayRef = Arc::new(UInt64Array::from_iter_values(
+                (0..rows.num_rows() as u64).map(|j| segment_ref(u64::from(self.id), base + j)),
+            ));
+            let (at, _) = ref_column(&rows)?;
+            let mut columns = rows.columns().to_vec();
+            columns[at] = refs;
+            let rows = RecordBatch::try_new(schema::span_resources_schema(), columns)?;
+            self.bytes += rows.get_array_memory_size();
+            self.chunks.push(rows);
+            *self.joined.lock() = None;
+        }
+        let (at, refs) = ref_column(spans)?;
+        if refs.null_count() > 0 {
+            return Err(StoreError::Decode("resource_ref has nulls".into()));
+        }
+        let id = u64::from(self.id);
+        let mapped = refs
+            .values()
+            .iter()
+            .map(|&r| {
+                usize::try_from(r)
+                    .ok()
+                    .and_then(|i| numbers.get(i))
+                    .map(|&n| segment_ref(id, u64::from(n)))
+                    .ok_or_else(|| {
+                        StoreError::Decode(format!(
+                            "resource_ref {r} names none of the append's {} resources",
+                            numbers.len()
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<u64>>>()?;
+        let mut columns = spans.columns().to_vec();
+        columns[at] = Arc::new(UInt64Array::from(mapped));
+        Ok(RecordBatch::try_new(spans.schema(), columns)?)
+    }
+
+    /// Every resource of the buffer, row `i` numbered `i` (`span_resources` schema).
+    pub fn batch(&self) -> Result<RecordBatch> {
+        let mut joined = self.joined.lock();
+        if let Some(b) = &*joined {
+            return Ok(b.clone());
+        }
+        let b = datafusion::arrow::compute::concat_batches(&schema::span_resources_schema(), &self.chunks)?;
+        *joined = Some(b.clone());
+        Ok(b)
+    }
 }
 
 /// Resources of one or more segments, for putting the resource columns back on span rows.
@@ -475,7 +691,7 @@ mod tests {
         let batch = |rs: &[&Arc<Resource>]| {
             let spans: Vec<Span> =
                 rs.iter().map(|r| Span { resource: Arc::clone(r), ..Span::default() }).collect();
-            crate::convert::spans_to_batches(&spans).unwrap().spans
+            crate::convert::spans_to_batches(&spans).unwrap().logical_spans().unwrap()
         };
         let b1 = batch(&[&a, &a, &b, &a_again, &b]);
         let b2 = batch(&[&a_again, &b]);

@@ -49,7 +49,7 @@ use crate::attrs::Text;
 use crate::convert::filter_trace;
 use crate::error::{Result, StoreError, io_err};
 use crate::manifest::{FileMeta, SegmentMeta};
-use crate::resources::{self, ResourceIds, ResourceLookup};
+use crate::resources::{self, ResourceLookup};
 use crate::schema::{self, TABLE_NAMES};
 
 /// How segments are written.
@@ -215,18 +215,19 @@ fn trace_id_keys(b: &RecordBatch) -> Result<Vec<u128>> {
         .collect())
 }
 
-/// Where a written column comes from: a column of the input batches, or (spans files with a
-/// resources file) the rows' `resource_ref`s.
-enum Col<'a> {
+/// Where a written column comes from: a column of the input batches, or (spans files) the
+/// input's `resource_ref` column `at` renumbered for segment `segment` (its low 32 bits are
+/// rows of the resources batch, which has `resources` rows).
+enum Col {
     Input(usize),
-    Ref(&'a ResourceIds, u64),
+    Ref { at: usize, segment: u64, resources: usize },
 }
 
 /// Gathers the rows `order` of `batches` (one schema) into a new batch of `schema`, whose
 /// columns come from `cols`.
 fn gather(
     schema: &SchemaRef,
-    cols: &[Col<'_>],
+    cols: &[Col],
     batches: &[&RecordBatch],
     order: &[(usize, usize)],
 ) -> Result<RecordBatch> {
@@ -234,10 +235,30 @@ fn gather(
     for col in cols {
         let i = match *col {
             Col::Input(i) => i,
-            Col::Ref(ids, segment) => {
-                let refs =
-                    order.iter().map(|&(b, r)| resources::segment_ref(segment, u64::from(ids.ids[b][r])));
-                columns.push(Arc::new(UInt64Array::from_iter_values(refs)));
+            Col::Ref { at, segment, resources } => {
+                let refs = batches
+                    .iter()
+                    .map(|b| {
+                        b.column(at)
+                            .as_any()
+                            .downcast_ref::<UInt64Array>()
+                            .filter(|a| a.null_count() == 0)
+                            .ok_or_else(|| {
+                                StoreError::Decode("resource_ref is not UInt64 without nulls".into())
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let mut out = Vec::with_capacity(order.len());
+                for &(b, r) in order {
+                    let row = refs[b].value(r) & 0xffff_ffff;
+                    if row >= resources as u64 {
+                        return Err(StoreError::Decode(format!(
+                            "resource_ref names resource {row} of {resources}"
+                        )));
+                    }
+                    out.push(resources::segment_ref(segment, row));
+                }
+                columns.push(Arc::new(UInt64Array::from(out)));
                 continue;
             }
         };
@@ -381,12 +402,15 @@ fn time_range(table: usize, batch: &RecordBatch) -> (u64, u64) {
 }
 
 /// Writes a segment from per-table batches; returns its manifest entry. Files are fsynced;
-/// the caller makes the directory entry durable and publishes the manifest.
+/// the caller makes the directory entry durable and publishes the manifest. Spans come in the
+/// files' layout (`memtable::schema_of`), their `resource_ref`s' low 32 bits naming rows of
+/// `resources`, every one of which is written to the segment's resources file.
 pub(crate) fn write_segment(
     seg_dir: &Path,
     id: u64,
     level: u32,
     tables: &[Vec<RecordBatch>; 4],
+    resources: &RecordBatch,
     operations: (Vec<(String, String, String)>, bool),
     o: &WriteOptions,
 ) -> Result<SegmentMeta> {
@@ -398,24 +422,30 @@ pub(crate) fn write_segment(
         if rows == 0 {
             continue;
         }
-        let logical = schema::schema_of(t);
-        // Spans: distinct resources go to their own file, span rows name them.
-        let ids = if t == crate::memtable::T_SPANS && o.resource_table {
-            if id > u64::from(u32::MAX) {
-                return Err(StoreError::Decode(format!("segment id {id} does not fit a resource_ref")));
-            }
-            Some(ResourceIds::of(&batches)?)
-        } else {
-            None
-        };
-        let schema = if ids.is_some() { schema::spans_file_schema() } else { logical.clone() };
+        // Spans: distinct resources go to their own file, span rows name them. (The layout
+        // without a resources file is still written on request, for tests of old segments.)
+        let expanded: Vec<RecordBatch>;
+        let mut batches = batches;
+        let split = t == crate::memtable::T_SPANS && o.resource_table;
+        if t == crate::memtable::T_SPANS && !o.resource_table {
+            expanded =
+                batches.iter().map(|b| resources::expand_local(b, resources)).collect::<Result<_>>()?;
+            batches = expanded.iter().collect();
+        }
+        if split && id > u64::from(u32::MAX) {
+            return Err(StoreError::Decode(format!("segment id {id} does not fit a resource_ref")));
+        }
+        let input = batches[0].schema();
+        let schema = if split { schema::spans_file_schema() } else { schema::schema_of(t) };
         let cols = schema
             .fields()
             .iter()
-            .map(|f| match (&ids, logical.index_of(f.name())) {
-                (_, Ok(i)) => Ok(Col::Input(i)),
-                (Some(ids), Err(_)) if f.name() == schema::RESOURCE_REF => Ok(Col::Ref(ids, id)),
-                _ => Err(StoreError::Decode(format!("no source for column {}", f.name()))),
+            .map(|f| match input.index_of(f.name()) {
+                Ok(at) if split && f.name() == schema::RESOURCE_REF => {
+                    Ok(Col::Ref { at, segment: id, resources: resources.num_rows() })
+                }
+                Ok(i) => Ok(Col::Input(i)),
+                Err(_) => Err(StoreError::Decode(format!("no source for column {}", f.name()))),
             })
             .collect::<Result<Vec<_>>>()?;
         // Sorted rows are gathered straight from the buffered batches, a chunk at a time, and
@@ -446,8 +476,12 @@ pub(crate) fn write_segment(
             min_time_ns: min_t,
             max_time_ns: max_t,
         });
-        if let Some(ids) = &ids {
-            let batch = ids.batch(id, &batches)?;
+        if split {
+            let mut columns = resources.columns().to_vec();
+            columns[0] = Arc::new(UInt64Array::from_iter_values(
+                (0..resources.num_rows() as u64).map(|i| resources::segment_ref(id, i)),
+            ));
+            let batch = RecordBatch::try_new(schema::span_resources_schema(), columns)?;
             let name = file_name(id, schema::SPAN_RESOURCES);
             let path = seg_dir.join(&name);
             let bytes = write_small(&path, &batch, o)?;

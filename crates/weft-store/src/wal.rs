@@ -2,9 +2,14 @@
 //!
 //! A WAL file is `wal/<id>.wal`: an 8-byte header `WEFTWAL\x01`, then records framed as
 //! `[len: u32 LE][crc32(payload): u32 LE][payload]`. A payload is one append: a kind byte
-//! (1 = spans, 2 = raw events) followed by length-prefixed Arrow IPC streams (spans, span
-//! events, span links; or events) — the same batches the in-memory buffer keeps, so replay
-//! is a decode, not a re-conversion.
+//! followed by length-prefixed Arrow IPC streams — the batches the in-memory buffer keeps, so
+//! replay is a decode, not a re-conversion:
+//!
+//! * 3 = spans: spans (segment file layout, `resource_ref` = row of the next stream), their
+//!   distinct resources, span events, span links;
+//! * 2 = raw events: events;
+//! * 1 = spans as written before the buffer kept resources apart: spans (every column of the
+//!   SQL table), span events, span links. Still replayed (the resources are split off then).
 //!
 //! Durability: an append returns only after its record is written to the file (so a killed
 //! process never loses an acknowledged append) and, with [`FsyncPolicy::Always`], after an
@@ -39,8 +44,9 @@ const FRAME_HEADER: usize = 8;
 /// Largest record accepted (a bigger length field means a corrupt frame).
 pub(crate) const MAX_RECORD: usize = 1 << 30;
 
-const KIND_SPANS: u8 = 1;
+const KIND_SPANS_V1: u8 = 1;
 const KIND_EVENTS: u8 = 2;
+const KIND_SPANS: u8 = 3;
 
 /// When the WAL is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +83,7 @@ impl std::str::FromStr for FsyncPolicy {
 /// One decoded WAL record.
 #[derive(Debug)]
 pub enum WalRecord {
-    /// An append of spans (batches of `spans`, `span_events`, `span_links`).
+    /// An append of spans (batches of `spans` and their resources, `span_events`, `span_links`).
     Spans(SpanBatches),
     /// An append of raw events (a batch of `events`).
     Events(RecordBatch),
@@ -138,6 +144,7 @@ fn ipc_decode(
 pub fn encode_spans(b: &SpanBatches, out: &mut Vec<u8>) -> Result<()> {
     out.push(KIND_SPANS);
     ipc_encode(out, &b.spans)?;
+    ipc_encode(out, &b.resources)?;
     ipc_encode(out, &b.events)?;
     ipc_encode(out, &b.links)?;
     Ok(())
@@ -156,10 +163,20 @@ pub fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
     };
     let rec = match kind {
         KIND_SPANS => {
-            let spans = ipc_decode(&mut rest, crate::schema::spans_schema())?;
+            let spans = ipc_decode(&mut rest, crate::schema::spans_file_schema())?;
+            let resources = ipc_decode(&mut rest, crate::schema::span_resources_schema())?;
             let events = ipc_decode(&mut rest, crate::schema::span_events_schema())?;
             let links = ipc_decode(&mut rest, crate::schema::span_links_schema())?;
-            WalRecord::Spans(SpanBatches { spans, events, links })
+            WalRecord::Spans(SpanBatches { spans, resources, events, links })
+        }
+        KIND_SPANS_V1 => {
+            let logical = ipc_decode(&mut rest, crate::schema::spans_schema())?;
+            let events = ipc_decode(&mut rest, crate::schema::span_events_schema())?;
+            let links = ipc_decode(&mut rest, crate::schema::span_links_schema())?;
+            let (mut spans, resources) =
+                crate::resources::normalize(&[&logical]).map_err(|e| format!("spans: {e}"))?;
+            let spans = spans.pop().ok_or("spans: nothing normalized")?;
+            WalRecord::Spans(SpanBatches { spans, resources, events, links })
         }
         KIND_EVENTS => WalRecord::Events(ipc_decode(&mut rest, crate::schema::events_schema())?),
         k => return Err(format!("unknown record kind {k}")),
@@ -461,6 +478,40 @@ mod tests {
         })
         .unwrap();
         (rows, st)
+    }
+
+    /// Records written before the buffer kept resources apart (kind 1: spans with every
+    /// column) replay as the same spans, their resources split off.
+    #[test]
+    fn records_of_the_previous_format_replay() {
+        let mut spans: Vec<_> = (0..6).map(crate::testutil::span).collect();
+        let mut other = (*spans[0].resource).clone();
+        other.attributes.push("host.name", "h2");
+        let other = Arc::new(other);
+        for s in spans.iter_mut().skip(2).step_by(2) {
+            s.resource = Arc::clone(&other);
+        }
+        let b = spans_to_batches(&spans).unwrap();
+        let logical = b.logical_spans().unwrap();
+        let mut p = vec![KIND_SPANS_V1];
+        for batch in [&logical, &b.events, &b.links] {
+            ipc_encode(&mut p, batch).unwrap();
+        }
+        let WalRecord::Spans(back) = decode_record(&p).unwrap() else { panic!("not spans") };
+        assert_eq!(back.resources.num_rows(), 4, "svc-0, svc-1, the other one, svc-2");
+        assert_eq!(back.logical_spans().unwrap(), logical);
+        let again =
+            crate::convert::batches_to_spans(&[back.logical_spans().unwrap()], &[back.events], &[back.links]);
+        assert_eq!(again.unwrap(), spans);
+        // A current record names the resources the same way.
+        let mut p = Vec::new();
+        encode_spans(&b, &mut p).unwrap();
+        let WalRecord::Spans(cur) = decode_record(&p).unwrap() else { panic!("not spans") };
+        assert_eq!(cur.logical_spans().unwrap(), logical);
+        // A reference past the record's resources is refused when the buffer takes it in.
+        let mut m = crate::memtable::MemTable::default();
+        let bad = SpanBatches { resources: cur.resources.slice(0, 1), ..cur };
+        assert!(m.push_spans(bad).is_err());
     }
 
     #[test]

@@ -84,6 +84,14 @@ fn each_distinct_resource_is_stored_once_and_read_back_on_every_span() {
         all.extend_from_slice(x);
         all.extend_from_slice(y);
     }
+    // Buffered: appends bring their resources along, the buffer keeps each once.
+    check(&store, &all);
+    // After a restart that replays the WAL into a new buffer.
+    drop(store);
+    let store = Store::open(config(dir.path())).unwrap();
+    assert!(store.metrics().wal_records_replayed.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert_eq!(store.stats().buffer_spans as usize, all.len());
+    check(&store, &all);
     store.flush().unwrap();
     let segs = store.segments();
     assert_eq!(segs.len(), 1);
