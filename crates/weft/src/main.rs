@@ -13,6 +13,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// mimalloc's `purge_delay` option (`mi_option_purge_delay` in mimalloc 3's `mimalloc.h`).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+/// mimalloc's `allow_thp` option (`mi_option_allow_thp` in mimalloc 3's `mimalloc.h`).
+const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
 
 /// For `weft serve`: freed memory goes back to the OS after 10 s unused (jemalloc's default
 /// decay) instead of mimalloc's 1 s. The collector frees each flushed buffer (tens of MiB) and refills its
@@ -22,11 +24,23 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// median 4.86 CPU-s (4.73–5.08) with 10 s against 5.12 (4.89–5.55) with 1 s. The other
 /// commands keep 1 s: they stream with small buffers, and holding freed pages longer only
 /// raises their peak RSS (`weft convert`: +6 MiB on a 47 MiB input).
+///
+/// And no transparent huge pages: mimalloc asks for them on its arenas (`MADV_HUGEPAGE`), so
+/// each first touch of a 2 MiB region made the kernel zero all of it (`clear_page_erms` under
+/// `folio_zero_user`: 7.6 % of the server's CPU in `perf` during `weft loadgen`, 0.7 % without).
+/// Without them, 2M-span loadgen runs peaked at 497–498 MiB RSS instead of 574–581 MiB. The
+/// option alone comes too late (mimalloc reads it when the process starts), so the process
+/// also opts out with `PR_SET_THP_DISABLE`, which the kernel honours for madvised memory too.
 fn tune_allocator() {
-    // SAFETY: sets a process-wide integer option. mimalloc documents `mi_option_set` as not
+    // SAFETY: sets process-wide integer options. mimalloc documents `mi_option_set` as not
     // thread safe; it is called from `main` right after parsing the arguments, before any
-    // other thread exists.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000) };
+    // other thread exists. `prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)` takes no pointers.
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 10_000);
+        libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0);
+        // On failure (a kernel without the flag) huge pages simply stay on: nothing to do.
+        let _ = libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
 }
 
 /// weft builds end-to-end traces across layers: application tracepoints, the kernel, and

@@ -202,6 +202,12 @@ fn load_above_capacity_is_refused_counted_and_bounded() {
         dir.path(),
         &["--flush-size", "1MiB", "--max-buffer", "2MiB", "--max-inflight", "2MiB", "--fsync", "always"],
     );
+    // The server opts out of transparent huge pages (each first touch zeroed 2 MiB); kernels
+    // older than 5.0 do not show the flag.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", srv.pid())).unwrap();
+    if let Some(thp) = status.lines().find(|l| l.starts_with("THP_enabled:")) {
+        assert!(thp.ends_with('0'), "{thp}");
+    }
     let url = format!("http://{}/v1/traces", srv.otlp_http);
     let status_url = format!("http://{}/api/status", srv.http);
     let stop = AtomicBool::new(false);
