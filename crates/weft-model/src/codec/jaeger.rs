@@ -565,9 +565,7 @@ fn convert_span(
         attributes,
         events,
         links,
-        resource,
-        scope,
-        ..Span::default()
+        ..Span::with_context(resource, scope)
     })
 }
 

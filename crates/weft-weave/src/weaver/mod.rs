@@ -15,9 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use weft_model::event::EventKind;
-use weft_model::{
-    Attributes, Event, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Status, TraceId, Value, conv,
-};
+use weft_model::{Attributes, Event, Resource, Scope, Span, SpanEvent, SpanKind, Value, conv};
 use weft_sources::reject::ReasonCounts;
 
 use crate::assemble::{AssembleStats, Assembler, Limits, LocalId};
@@ -470,27 +468,15 @@ impl Cx<'_> {
                 v
             }
         };
-        // Every field spelt out: `..Span::default()` would allocate a default resource and
-        // scope only to drop them.
         let span = Span {
-            trace_id: TraceId::default(),
-            span_id: SpanId::default(),
-            parent_span_id: None,
-            trace_state: String::new(),
-            flags: 0,
             name: name.unwrap_or_else(|| stype.to_owned()).into(),
             kind: SpanKind::Internal,
             start_ns,
             end_ns,
-            status: Status::default(),
             attributes: a,
             events: span_events,
-            links: Vec::new(),
-            resource: who.resource.clone(),
-            scope: who.scope.clone(),
-            dropped_attributes_count: 0,
             dropped_events_count: dropped_events,
-            dropped_links_count: 0,
+            ..Span::with_context(who.resource.clone(), who.scope.clone())
         };
         *self.stats.spans_by_type.entry(stype).or_default() += 1;
         if let Some(c) = self.stats.spans_by_source.get_mut(who.source) {

@@ -437,7 +437,7 @@ fn link<'a>(b: &'a [u8], ids: &mut Ids<'a>) -> W<Link> {
 /// Decodes one span's wire form; the outer `Result` is the wire, the inner the span's
 /// acceptability (ids), which a lenient caller may skip.
 fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span, CodecError>> {
-    let mut s = Span { resource: Arc::clone(resource), scope: Arc::clone(scope), ..Span::default() };
+    let mut s = Span::with_context(Arc::clone(resource), Arc::clone(scope));
     let mut ids = Ids::default();
     let mut links: Vec<(Link, Ids<'_>)> = Vec::new();
     let mut status: Option<(i32, String)> = None;

@@ -258,9 +258,7 @@ pub(crate) fn to_span(z: ZSpan, interner: &mut Interner) -> Span {
         status,
         attributes,
         events: z.annotations.into_iter().map(|(ts, v)| annotation_to_event(ts, v)).collect(),
-        resource,
-        scope,
-        ..Span::default()
+        ..Span::with_context(resource, scope)
     }
 }
 
