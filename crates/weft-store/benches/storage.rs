@@ -134,6 +134,7 @@ fn main() {
     let mut cfg = StoreConfig::new(&dir);
     cfg.fsync = FsyncPolicy::Interval(Duration::from_millis(100));
     cfg.write.zstd_level = env("WEFT_BENCH_ZSTD", cfg.write.zstd_level);
+    let zstd_level = cfg.write.zstd_level;
     cfg.flush_bytes = env::<usize>("WEFT_BENCH_FLUSH_MIB", cfg.flush_bytes >> 20) << 20;
     cfg.max_buffer_bytes = cfg.flush_bytes * 4;
     let store = Store::open(cfg.clone()).unwrap();
@@ -230,7 +231,7 @@ fn main() {
     println!(
         "\n## weft-store storage benchmark: {n} realistic spans, {} segments, zstd {}",
         segs.len(),
-        env("WEFT_BENCH_ZSTD", 3)
+        zstd_level
     );
     println!();
     println!("| figure | weft | baseline (same run) |");
