@@ -8,7 +8,8 @@ pub fn store_round_trip(spans: &[weft_model::Span]) {
     let mut payload = Vec::new();
     encode_spans(&batches, &mut payload).expect("WAL encoding of valid batches");
     let Ok(WalRecord::Spans(back)) = decode_record(&payload) else { panic!("WAL record does not decode") };
-    let again = weft_store::batches_to_spans(&[back.spans], &[back.events], &[back.links]).expect("stored spans read back");
+    let logical = back.logical_spans().expect("stored spans get their resources back");
+    let again = weft_store::batches_to_spans(&[logical], &[back.events], &[back.links]).expect("stored spans read back");
     assert_eq!(again.len(), spans.len());
     for (a, b) in again.iter().zip(spans) {
         // NaN attributes compare unequal to themselves; compare their debug text instead.

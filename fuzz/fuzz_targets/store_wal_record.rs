@@ -7,7 +7,9 @@ use libfuzzer_sys::fuzz_target;
 use weft_store::wal::{WalRecord, decode_record};
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(WalRecord::Spans(b)) = decode_record(data) {
-        let _ = weft_store::batches_to_spans(&[b.spans], &[b.events], &[b.links]);
+    if let Ok(WalRecord::Spans(b)) = decode_record(data)
+        && let Ok(spans) = b.logical_spans()
+    {
+        let _ = weft_store::batches_to_spans(&[spans], &[b.events], &[b.links]);
     }
 });

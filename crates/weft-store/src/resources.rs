@@ -286,6 +286,19 @@ fn local_rows(refs: &UInt64Array, resources: usize) -> Result<UInt32Array> {
         .map(UInt32Array::from)
 }
 
+/// Checks that every `resource_ref` of an append's `spans` batch is a row number of its
+/// `resources` rows.
+pub(crate) fn check_refs(spans: &RecordBatch, resources: usize) -> Result<()> {
+    let (_, refs) = ref_column(spans)?;
+    if refs.null_count() > 0 {
+        return Err(StoreError::Decode("resource_ref has nulls".into()));
+    }
+    match refs.values().iter().find(|&&r| r >= resources as u64) {
+        Some(r) => Err(StoreError::Decode(format!("resource_ref {r} names none of {resources} resources"))),
+        None => Ok(()),
+    }
+}
+
 fn ref_column(b: &RecordBatch) -> Result<(usize, &UInt64Array)> {
     let at = b
         .schema_ref()

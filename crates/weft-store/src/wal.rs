@@ -167,6 +167,7 @@ pub fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
             let resources = ipc_decode(&mut rest, crate::schema::span_resources_schema())?;
             let events = ipc_decode(&mut rest, crate::schema::span_events_schema())?;
             let links = ipc_decode(&mut rest, crate::schema::span_links_schema())?;
+            crate::resources::check_refs(&spans, resources.num_rows()).map_err(|e| format!("spans: {e}"))?;
             WalRecord::Spans(SpanBatches { spans, resources, events, links })
         }
         KIND_SPANS_V1 => {
@@ -508,9 +509,14 @@ mod tests {
         encode_spans(&b, &mut p).unwrap();
         let WalRecord::Spans(cur) = decode_record(&p).unwrap() else { panic!("not spans") };
         assert_eq!(cur.logical_spans().unwrap(), logical);
-        // A reference past the record's resources is refused when the buffer takes it in.
-        let mut m = crate::memtable::MemTable::default();
+        // A reference past the record's resources: the record does not decode (replay ends
+        // the file there, as for any corrupt record), and the buffer refuses it too.
         let bad = SpanBatches { resources: cur.resources.slice(0, 1), ..cur };
+        let mut p = Vec::new();
+        encode_spans(&bad, &mut p).unwrap();
+        let err = decode_record(&p).unwrap_err();
+        assert!(err.contains("resource_ref"), "{err}");
+        let mut m = crate::memtable::MemTable::default();
         assert!(m.push_spans(bad).is_err());
     }
 
