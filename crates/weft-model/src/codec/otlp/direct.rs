@@ -538,13 +538,53 @@ fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span
     Ok(check.map(|()| s))
 }
 
+/// Most distinct resources (and scopes) one request remembers in [`Seen`].
+const SEEN_MAX: usize = 16;
+
+/// Resources and scopes already decoded from one request, by their wire bytes. Exporters that
+/// batch several processes' spans (a collector, a gateway) repeat one resource in many
+/// `ResourceSpans` — weft's load generator sends ~200 per 512 spans — and a repeat costs a byte
+/// comparison instead of decoding nine attributes again. Repeats also share one `Arc`, which
+/// the store's conversion recognises without comparing contents.
+#[derive(Default)]
+pub(crate) struct Seen<'a> {
+    /// (resource message bytes, schema URL, the resource).
+    resources: Vec<(&'a [u8], &'a str, Arc<Resource>)>,
+    /// (scope message bytes, schema URL, the scope).
+    scopes: Vec<(&'a [u8], &'a str, Arc<Scope>)>,
+    /// Where the next entry goes once a list is full (round robin).
+    next: [usize; 2],
+}
+
+/// The entry of `list` with these bytes and schema URL, or the one `make` builds (remembered).
+fn remember<'a, T>(
+    list: &mut Vec<(&'a [u8], &'a str, Arc<T>)>,
+    next: &mut usize,
+    body: &'a [u8],
+    url: &'a str,
+    make: impl FnOnce() -> W<T>,
+) -> W<Arc<T>> {
+    if let Some((_, _, v)) = list.iter().find(|(b, u, _)| *b == body && *u == url) {
+        return Ok(Arc::clone(v));
+    }
+    let v = Arc::new(make()?);
+    if list.len() < SEEN_MAX {
+        list.push((body, url, Arc::clone(&v)));
+    } else {
+        list[*next % SEEN_MAX] = (body, url, Arc::clone(&v));
+        *next += 1;
+    }
+    Ok(v)
+}
+
 /// Decodes the `index`-th `ResourceSpans` element, found at byte `offset` of the input, into
-/// `out` (per-span defects go to `sink`).
-pub(crate) fn resource_spans(
-    element: &[u8],
+/// `out` (per-span defects go to `sink`); `seen` carries the request's resources and scopes.
+pub(crate) fn resource_spans<'a>(
+    element: &'a [u8],
     offset: u64,
     index: usize,
     sink: &mut Sink<'_>,
+    seen: &mut Seen<'a>,
     out: &mut Vec<Span>,
 ) -> Result<(), CodecError> {
     let wire = |e: WireError| {
@@ -561,9 +601,11 @@ pub(crate) fn resource_spans(
         .field(format!("resource_spans[{index}]"))
     };
     // Pass 1: the resource, the schema URL, where the scope spans are (fields may come in
-    // any order, and spans need their resource).
-    let mut res = Resource::default();
-    let mut scopes: Vec<(usize, &[u8])> = Vec::new();
+    // any order, and spans need their resource). A resource message that occurs more than once
+    // (protobuf merges them) is decoded in place and not remembered.
+    let mut res_parts: Vec<(usize, &'a [u8])> = Vec::new();
+    let mut url: &'a str = "";
+    let mut scopes: Vec<(usize, &'a [u8])> = Vec::new();
     let mut c = Cursor::new(element);
     while !c.done() {
         let (f, w) = c.key().map_err(wire)?;
@@ -571,22 +613,35 @@ pub(crate) fn resource_spans(
             1 => {
                 c.expect(f, w, 2).map_err(wire)?;
                 let at = c.pos;
-                let body = c.bytes().map_err(wire)?;
-                resource(body, &mut res).map_err(|e| wire(shift(e, at)))?;
+                res_parts.push((at, c.bytes().map_err(wire)?));
             }
             2 => {
                 c.expect(f, w, 2).map_err(wire)?;
                 let at = c.pos;
                 scopes.push((at, c.bytes().map_err(wire)?));
             }
-            3 => res.schema_url = c.string(f, w).map_err(wire)?,
+            3 => url = c.str(f, w).map_err(wire)?,
             _ => c.skip(f, w, 0).map_err(wire)?,
         }
     }
-    let res = Arc::new(res);
+    let decode_resource = |parts: &[(usize, &[u8])]| -> W<Resource> {
+        let mut res = Resource { schema_url: url.to_owned(), ..Resource::default() };
+        for &(at, body) in parts {
+            resource(body, &mut res).map_err(|e| shift(e, at))?;
+        }
+        Ok(res)
+    };
+    let res = match res_parts.as_slice() {
+        &[(_, body)] => {
+            remember(&mut seen.resources, &mut seen.next[0], body, url, || decode_resource(&res_parts))
+        }
+        parts => decode_resource(parts).map(Arc::new),
+    }
+    .map_err(wire)?;
     for (j, (at, ss)) in scopes.into_iter().enumerate() {
         // Pass 1 of the ScopeSpans: its scope and schema URL, where the spans are.
-        let mut sc = Scope::default();
+        let mut sc_parts: Vec<(usize, &'a [u8])> = Vec::new();
+        let mut sc_url: &'a str = "";
         let mut spans: Vec<(usize, &[u8])> = Vec::new();
         let mut c = Cursor::new(ss);
         let w2 = |e: WireError| wire(shift(e, at));
@@ -596,19 +651,31 @@ pub(crate) fn resource_spans(
                 1 => {
                     c.expect(f, w, 2).map_err(w2)?;
                     let sat = c.pos;
-                    let body = c.bytes().map_err(w2)?;
-                    scope(body, &mut sc).map_err(|e| w2(shift(e, sat)))?;
+                    sc_parts.push((sat, c.bytes().map_err(w2)?));
                 }
                 2 => {
                     c.expect(f, w, 2).map_err(w2)?;
                     let sat = c.pos;
                     spans.push((sat, c.bytes().map_err(w2)?));
                 }
-                3 => sc.schema_url = c.string(f, w).map_err(w2)?,
+                3 => sc_url = c.str(f, w).map_err(w2)?,
                 _ => c.skip(f, w, 1).map_err(w2)?,
             }
         }
-        let sc = Arc::new(sc);
+        let decode_scope = |parts: &[(usize, &[u8])]| -> W<Scope> {
+            let mut sc = Scope { schema_url: sc_url.to_owned(), ..Scope::default() };
+            for &(sat, body) in parts {
+                scope(body, &mut sc).map_err(|e| shift(e, sat))?;
+            }
+            Ok(sc)
+        };
+        let sc = match sc_parts.as_slice() {
+            &[(_, body)] => {
+                remember(&mut seen.scopes, &mut seen.next[1], body, sc_url, || decode_scope(&sc_parts))
+            }
+            parts => decode_scope(parts).map(Arc::new),
+        }
+        .map_err(w2)?;
         out.reserve(spans.len());
         for (k, (sat, body)) in spans.into_iter().enumerate() {
             match span(body, &res, &sc).map_err(|e| w2(shift(e, sat)))? {
@@ -662,6 +729,54 @@ mod tests {
             assert!(crate::codec::otlp::proto::KeyValue::decode(b.as_slice()).is_err());
             assert!(key_value(&b, 1, &mut Vec::new()).is_err(), "{b:x?}");
         }
+    }
+
+    /// A request that repeats resources and scopes in many `ResourceSpans` (as a collector's
+    /// batches do) decodes to the same spans as prost's path, and every repeat shares one
+    /// `Arc` — also past the `SEEN_MAX` remembered ones, and not across schema URLs.
+    #[test]
+    fn repeated_resources_and_scopes_are_decoded_once() {
+        use crate::codec::otlp::{decode_proto, encode_proto};
+        let res = |i: usize, url: &str| {
+            let mut r = Resource::service(format!("svc-{i}"));
+            r.attributes.push("host.name", "h1");
+            r.schema_url = url.into();
+            Arc::new(r)
+        };
+        let sc = |i: usize| Arc::new(Scope { name: format!("lib-{}", i % 2), ..Scope::default() });
+        let mut spans = Vec::new();
+        // 8 ResourceSpans cycling over 4 resources, 30 new ones (more than SEEN_MAX), the
+        // first 4 again, then two that differ only in their schema URL.
+        let which: Vec<usize> = (0..8).map(|i| i % 4).chain(100..130).chain(0..4).collect();
+        for (i, &r) in which.iter().enumerate() {
+            let i = i as u64;
+            let r = res(r, "");
+            let mut s = Span::with_context(r, sc(i as usize));
+            s.trace_id = crate::TraceId::from_u128(1 + i as u128);
+            s.span_id = crate::SpanId::from_u64(1 + i);
+            spans.push(s);
+        }
+        for (i, url) in ["", "https://opentelemetry.io/schemas/1.21.0"].into_iter().enumerate() {
+            let mut s = Span::with_context(res(7, url), sc(0));
+            s.trace_id = crate::TraceId::from_u128(1000 + i as u128);
+            s.span_id = crate::SpanId::from_u64(1000 + i as u64);
+            spans.push(s);
+        }
+        let bytes = encode_proto(&spans);
+        let got = decode_proto(&bytes).unwrap();
+        let want = crate::codec::otlp::from_request(
+            crate::codec::otlp::proto::ExportTraceServiceRequest::decode(bytes.as_slice()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(got, want);
+        assert_eq!(got, spans);
+        // A repeat among the remembered resources is the same Arc; scopes likewise.
+        assert!(Arc::ptr_eq(&got[0].resource, &got[4].resource));
+        assert!(!Arc::ptr_eq(&got[0].resource, &got[1].resource));
+        assert!(Arc::ptr_eq(&got[0].scope, &got[2].scope));
+        let n = got.len();
+        assert!(!Arc::ptr_eq(&got[n - 2].resource, &got[n - 1].resource), "schema URLs differ");
+        assert_eq!(got[n - 1].resource.schema_url, "https://opentelemetry.io/schemas/1.21.0");
     }
 
     fn proto_kv(b: &[u8]) -> crate::codec::otlp::proto::KeyValue {

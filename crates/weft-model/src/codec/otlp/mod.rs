@@ -92,10 +92,11 @@ fn decode_proto_into(
     out: &mut Vec<Span>,
     rejected: &mut Rejected,
 ) -> Result<(), CodecError> {
+    let mut seen = direct::Seen::default();
     for (index, item) in wire::TopLevel::new(bytes, PROTO, "resource_spans").enumerate() {
         let (offset, element) = item?;
         let mut sink = Sink { mode, rejected };
-        direct::resource_spans(element, offset, index, &mut sink, out)?;
+        direct::resource_spans(element, offset, index, &mut sink, &mut seen, out)?;
     }
     Ok(())
 }
@@ -108,7 +109,7 @@ pub(crate) fn decode_resource_spans_into(
     sink: &mut Sink<'_>,
     out: &mut Vec<Span>,
 ) -> Result<(), CodecError> {
-    direct::resource_spans(element, offset, index, sink, out)
+    direct::resource_spans(element, offset, index, sink, &mut direct::Seen::default(), out)
 }
 
 /// Encodes spans as an `ExportTraceServiceRequest` protobuf.
