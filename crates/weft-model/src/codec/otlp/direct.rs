@@ -548,33 +548,101 @@ const SEEN_MAX: usize = 16;
 /// the store's conversion recognises without comparing contents.
 #[derive(Default)]
 pub(crate) struct Seen<'a> {
-    /// (resource message bytes, schema URL, the resource).
-    resources: Vec<(&'a [u8], &'a str, Arc<Resource>)>,
-    /// (scope message bytes, schema URL, the scope).
-    scopes: Vec<(&'a [u8], &'a str, Arc<Scope>)>,
-    /// Where the next entry goes once a list is full (round robin).
-    next: [usize; 2],
+    resources: Remembered<'a, Resource>,
+    scopes: Remembered<'a, Scope>,
 }
 
-/// The entry of `list` with these bytes and schema URL, or the one `make` builds (remembered).
-fn remember<'a, T>(
-    list: &mut Vec<(&'a [u8], &'a str, Arc<T>)>,
-    next: &mut usize,
-    body: &'a [u8],
+/// Up to [`SEEN_MAX`] decoded messages by (message bytes, schema URL), replaced round robin.
+struct Remembered<'a, T> {
+    list: Vec<(&'a [u8], &'a str, Arc<T>)>,
+    next: usize,
+}
+
+impl<T> Default for Remembered<'_, T> {
+    fn default() -> Self {
+        Remembered { list: Vec::new(), next: 0 }
+    }
+}
+
+/// A `ResourceSpans` or `ScopeSpans` message split into its fields, which may come in any
+/// order: its context messages (field 1: the resource or scope; protobuf merges repeats), its
+/// children (field 2: scope spans or spans) and its schema URL (field 3). Offsets are within
+/// the message.
+struct Level<'a> {
+    context: Vec<(usize, &'a [u8])>,
+    children: Vec<(usize, &'a [u8])>,
     url: &'a str,
-    make: impl FnOnce() -> W<T>,
-) -> W<Arc<T>> {
-    if let Some((_, _, v)) = list.iter().find(|(b, u, _)| *b == body && *u == url) {
-        return Ok(Arc::clone(v));
+}
+
+/// Splits a level message (unknown fields skipped at nesting depth `depth`).
+fn level(b: &[u8], depth: u32) -> W<Level<'_>> {
+    let mut lv = Level { context: Vec::new(), children: Vec::new(), url: "" };
+    let mut c = Cursor::new(b);
+    while !c.done() {
+        let (f, w) = c.key()?;
+        match f {
+            1 | 2 => {
+                c.expect(f, w, 2)?;
+                let at = c.pos;
+                let body = c.bytes()?;
+                if f == 1 { &mut lv.context } else { &mut lv.children }.push((at, body));
+            }
+            3 => lv.url = c.str(f, w)?,
+            _ => c.skip(f, w, depth)?,
+        }
     }
-    let v = Arc::new(make()?);
-    if list.len() < SEEN_MAX {
-        list.push((body, url, Arc::clone(&v)));
-    } else {
-        list[*next % SEEN_MAX] = (body, url, Arc::clone(&v));
-        *next += 1;
+    Ok(lv)
+}
+
+/// Resource and scope: decoded from their message, with the schema URL of their level.
+trait Context: Default {
+    fn merge(&mut self, b: &[u8]) -> W<()>;
+    fn schema_url(&mut self) -> &mut String;
+}
+
+impl Context for Resource {
+    fn merge(&mut self, b: &[u8]) -> W<()> {
+        resource(b, self)
     }
-    Ok(v)
+    fn schema_url(&mut self) -> &mut String {
+        &mut self.schema_url
+    }
+}
+
+impl Context for Scope {
+    fn merge(&mut self, b: &[u8]) -> W<()> {
+        scope(b, self)
+    }
+    fn schema_url(&mut self) -> &mut String {
+        &mut self.schema_url
+    }
+}
+
+impl<'a, T: Context> Remembered<'a, T> {
+    /// The context of `lv`: the remembered one with the same bytes and schema URL, or a new one
+    /// (remembered when it is a single message; merged repeats are decoded in place).
+    fn context(&mut self, lv: &Level<'a>) -> W<Arc<T>> {
+        let decode = || -> W<T> {
+            let mut t = T::default();
+            *t.schema_url() = lv.url.to_owned();
+            for &(at, body) in &lv.context {
+                t.merge(body).map_err(|e| shift(e, at))?;
+            }
+            Ok(t)
+        };
+        let &[(_, body)] = lv.context.as_slice() else { return decode().map(Arc::new) };
+        if let Some((_, _, v)) = self.list.iter().find(|(b, u, _)| *b == body && *u == lv.url) {
+            return Ok(Arc::clone(v));
+        }
+        let v = Arc::new(decode()?);
+        if self.list.len() < SEEN_MAX {
+            self.list.push((body, lv.url, Arc::clone(&v)));
+        } else {
+            self.list[self.next % SEEN_MAX] = (body, lv.url, Arc::clone(&v));
+            self.next += 1;
+        }
+        Ok(v)
+    }
 }
 
 /// Decodes the `index`-th `ResourceSpans` element, found at byte `offset` of the input, into
@@ -600,84 +668,15 @@ pub(crate) fn resource_spans<'a>(
         .at(Position::Offset(offset + e.0.at as u64))
         .field(format!("resource_spans[{index}]"))
     };
-    // Pass 1: the resource, the schema URL, where the scope spans are (fields may come in
-    // any order, and spans need their resource). A resource message that occurs more than once
-    // (protobuf merges them) is decoded in place and not remembered.
-    let mut res_parts: Vec<(usize, &'a [u8])> = Vec::new();
-    let mut url: &'a str = "";
-    let mut scopes: Vec<(usize, &'a [u8])> = Vec::new();
-    let mut c = Cursor::new(element);
-    while !c.done() {
-        let (f, w) = c.key().map_err(wire)?;
-        match f {
-            1 => {
-                c.expect(f, w, 2).map_err(wire)?;
-                let at = c.pos;
-                res_parts.push((at, c.bytes().map_err(wire)?));
-            }
-            2 => {
-                c.expect(f, w, 2).map_err(wire)?;
-                let at = c.pos;
-                scopes.push((at, c.bytes().map_err(wire)?));
-            }
-            3 => url = c.str(f, w).map_err(wire)?,
-            _ => c.skip(f, w, 0).map_err(wire)?,
-        }
-    }
-    let decode_resource = |parts: &[(usize, &[u8])]| -> W<Resource> {
-        let mut res = Resource { schema_url: url.to_owned(), ..Resource::default() };
-        for &(at, body) in parts {
-            resource(body, &mut res).map_err(|e| shift(e, at))?;
-        }
-        Ok(res)
-    };
-    let res = match res_parts.as_slice() {
-        &[(_, body)] => {
-            remember(&mut seen.resources, &mut seen.next[0], body, url, || decode_resource(&res_parts))
-        }
-        parts => decode_resource(parts).map(Arc::new),
-    }
-    .map_err(wire)?;
-    for (j, (at, ss)) in scopes.into_iter().enumerate() {
-        // Pass 1 of the ScopeSpans: its scope and schema URL, where the spans are.
-        let mut sc_parts: Vec<(usize, &'a [u8])> = Vec::new();
-        let mut sc_url: &'a str = "";
-        let mut spans: Vec<(usize, &[u8])> = Vec::new();
-        let mut c = Cursor::new(ss);
+    // The resource, the schema URL, where the scope spans are; spans need their resource.
+    let rs = level(element, 0).map_err(wire)?;
+    let res = seen.resources.context(&rs).map_err(wire)?;
+    for (j, (at, ss)) in rs.children.into_iter().enumerate() {
         let w2 = |e: WireError| wire(shift(e, at));
-        while !c.done() {
-            let (f, w) = c.key().map_err(w2)?;
-            match f {
-                1 => {
-                    c.expect(f, w, 2).map_err(w2)?;
-                    let sat = c.pos;
-                    sc_parts.push((sat, c.bytes().map_err(w2)?));
-                }
-                2 => {
-                    c.expect(f, w, 2).map_err(w2)?;
-                    let sat = c.pos;
-                    spans.push((sat, c.bytes().map_err(w2)?));
-                }
-                3 => sc_url = c.str(f, w).map_err(w2)?,
-                _ => c.skip(f, w, 1).map_err(w2)?,
-            }
-        }
-        let decode_scope = |parts: &[(usize, &[u8])]| -> W<Scope> {
-            let mut sc = Scope { schema_url: sc_url.to_owned(), ..Scope::default() };
-            for &(sat, body) in parts {
-                scope(body, &mut sc).map_err(|e| shift(e, sat))?;
-            }
-            Ok(sc)
-        };
-        let sc = match sc_parts.as_slice() {
-            &[(_, body)] => {
-                remember(&mut seen.scopes, &mut seen.next[1], body, sc_url, || decode_scope(&sc_parts))
-            }
-            parts => decode_scope(parts).map(Arc::new),
-        }
-        .map_err(w2)?;
-        out.reserve(spans.len());
-        for (k, (sat, body)) in spans.into_iter().enumerate() {
+        let scoped = level(ss, 1).map_err(w2)?;
+        let sc = seen.scopes.context(&scoped).map_err(w2)?;
+        out.reserve(scoped.children.len());
+        for (k, (sat, body)) in scoped.children.into_iter().enumerate() {
             match span(body, &res, &sc).map_err(|e| w2(shift(e, sat)))? {
                 Ok(s) => out.push(s),
                 Err(e) => {
