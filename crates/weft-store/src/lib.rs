@@ -616,11 +616,7 @@ impl Store {
                 // Buffered spans name their resources; put the columns back.
                 let lookup =
                     resources::ResourceLookup::new(snap.memory_resources.iter().map(|(i, b)| (*i, b)))?;
-                let out = schema::spans_schema();
-                let plan = resources::plan(&schema::spans_file_schema(), &out)?;
-                for f in &mut found {
-                    *f = resources::expand(f, &out, &plan, &lookup)?;
-                }
+                found = resources::expand_all(found, &lookup)?;
             }
             p.extend(found);
         }

@@ -122,12 +122,6 @@ impl TableProvider for SnapshotTable {
                 .filter(|e| e.column_refs().iter().all(|c| file_schema.index_of(&c.name).is_ok()))
                 .cloned()
                 .collect();
-            let lookup = if wants_resources {
-                ResourceLookup::new(resources.iter().copied())
-            } else {
-                ResourceLookup::new(std::iter::empty())
-            }
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
             if let Some(scan) = parquet_scan(
                 state,
                 split,
@@ -139,9 +133,7 @@ impl TableProvider for SnapshotTable {
             )
             .await?
             {
-                let exec = ExpandExec::new(scan, projected.clone(), Arc::new(lookup))
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                inputs.push(Arc::new(exec));
+                inputs.push(with_resources(scan, &projected, wants_resources, resources.iter().copied())?);
             }
         }
 
@@ -166,15 +158,8 @@ impl TableProvider for SnapshotTable {
             }
             let scan = datafusion::datasource::source::DataSourceExec::from_data_source(exec);
             if spans {
-                let lookup = if wants_resources {
-                    ResourceLookup::new(self.snapshot.memory_resources.iter().map(|(i, b)| (*i, b)))
-                } else {
-                    ResourceLookup::new(std::iter::empty())
-                }
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                let exec = ExpandExec::new(scan, projected.clone(), Arc::new(lookup))
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                inputs.push(Arc::new(exec));
+                let buffers = self.snapshot.memory_resources.iter().map(|(i, b)| (*i, b));
+                inputs.push(with_resources(scan, &projected, wants_resources, buffers)?);
             } else {
                 inputs.push(scan);
             }
@@ -185,6 +170,19 @@ impl TableProvider for SnapshotTable {
         }
         UnionExec::try_new(inputs)
     }
+}
+
+/// `scan` (spans in the segment files' layout) as rows of `projected`, the resource columns
+/// looked up in `resources` — (segment or buffer id, its resources) — when it has any.
+fn with_resources<'a>(
+    scan: Arc<dyn ExecutionPlan>,
+    projected: &SchemaRef,
+    wants_resources: bool,
+    resources: impl Iterator<Item = (u64, &'a RecordBatch)>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let ext = |e: crate::error::StoreError| DataFusionError::External(Box::new(e));
+    let lookup = ResourceLookup::new(resources.filter(|_| wants_resources)).map_err(ext)?;
+    Ok(Arc::new(ExpandExec::new(scan, projected.clone(), Arc::new(lookup)).map_err(ext)?))
 }
 
 /// The columns of the spans file layout that give the logical `spans` columns of `projected`

@@ -573,6 +573,12 @@ pub(crate) fn expand(
     Ok(RecordBatch::try_new_with_options(out.clone(), columns, &opts)?)
 }
 
+/// File-layout `spans` batches as logical `spans` rows, resources looked up in `lookup`.
+pub(crate) fn expand_all(batches: Vec<RecordBatch>, lookup: &ResourceLookup) -> Result<Vec<RecordBatch>> {
+    let out = schema::spans_schema();
+    batches.into_iter().map(|b| expand(&b, &out, &plan(&b.schema(), &out)?, lookup)).collect()
+}
+
 /// A scan of segment spans files turned into `spans` rows: the input's rows with the resource
 /// columns the query projects looked up by `resource_ref`.
 pub(crate) struct ExpandExec {

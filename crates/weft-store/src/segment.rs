@@ -714,12 +714,7 @@ impl Segment {
     /// when the segment stores them apart).
     pub fn spans_rows(&self, batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
         let Some(res) = &self.resources else { return Ok(batches) };
-        let lookup = ResourceLookup::new([(self.meta.id, res)])?;
-        let out = schema::spans_schema();
-        batches
-            .into_iter()
-            .map(|b| resources::expand(&b, &out, &resources::plan(&b.schema(), &out)?, &lookup))
-            .collect()
+        resources::expand_all(batches, &ResourceLookup::new([(self.meta.id, res)])?)
     }
 
     /// Paths of the segment's files.
