@@ -24,8 +24,6 @@
 //! * [`render`]: a compact text rendering of woven traces (trees with names, components,
 //!   durations and links) used by golden tests and `weft weave --tree`.
 //! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans.
-//! * [`synth`]: a generator of coherent multi-simulator logs (client/server request-response
-//!   through host, NIC and ns-3), for tests and benchmarks.
 //!
 //! # Span conventions
 //!
@@ -132,4 +130,3 @@ pub mod weaver;
 pub use pipeline::{Run, RunReport, WeaveError};
 pub use topology::Topology;
 pub mod render;
-pub mod synth;
