@@ -30,18 +30,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const TRACES: usize = 100_000;
 
-/// splitmix64
+/// A 64-bit linear congruential generator (Knuth's MMIX constants), high bits out.
 struct Rng(u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 32) % n
     }
 }
 

@@ -556,8 +556,21 @@ pub(crate) mod tests {
         }
     }
 
+    /// A link to span `id` of trace 1.
+    fn link(id: u64, relation: LinkRelation) -> Link {
+        Link { trace_id: TraceId::from_u128(1), span_id: SpanId::from_u64(id), relation, ..Link::default() }
+    }
+
     fn names_of(path: &TracepointPath, names: &Tracepoints) -> Vec<String> {
         path.records.iter().map(|r| names.name(r.tracepoint).to_owned()).collect()
+    }
+
+    /// The path of `spans` and its tracepoint names.
+    fn path_of(spans: &[Span]) -> (TracepointPath, Vec<String>) {
+        let mut names = Tracepoints::default();
+        let p = tracepoint_path(spans, &mut names).unwrap();
+        let n = names_of(&p, &names);
+        (p, n)
     }
 
     #[test]
@@ -569,12 +582,8 @@ pub(crate) mod tests {
             span(3, 1, "b", 10, 70),
             span(4, 1, "c", 75, 95),
         ];
-        let mut names = Tracepoints::default();
-        let p = tracepoint_path(&spans, &mut names).unwrap();
-        assert_eq!(
-            names_of(&p, &names),
-            ["root:entry", "b:entry", "b:exit", "c:entry", "c:exit", "root:exit"]
-        );
+        let (p, names) = path_of(&spans);
+        assert_eq!(names, ["root:entry", "b:entry", "b:exit", "c:entry", "c:exit", "root:exit"]);
         let lat: Vec<i64> = p.edges().map(|e| e.latency_ns).collect();
         assert_eq!(lat, [10, 60, 5, 20, 5]);
         assert_eq!(p.response_ns(), 100);
@@ -584,8 +593,7 @@ pub(crate) mod tests {
         // Swap which branch is slower: the path follows.
         let mut spans = spans;
         spans[1].end_ns = 72;
-        let p = tracepoint_path(&spans, &mut names).unwrap();
-        assert_eq!(names_of(&p, &names)[1..3], ["a:entry", "a:exit"]);
+        assert_eq!(path_of(&spans).1[1..3], ["a:entry", "a:exit"]);
     }
 
     #[test]
@@ -598,10 +606,9 @@ pub(crate) mod tests {
             span(4, 1, "c", 80, 80),
             span(5, 1, "d", 80, 80),
         ];
-        let mut names = Tracepoints::default();
-        let p = tracepoint_path(&spans, &mut names).unwrap();
+        let (p, names) = path_of(&spans);
         assert_eq!(
-            names_of(&p, &names),
+            names,
             [
                 "root:entry",
                 "a:entry",
@@ -645,12 +652,7 @@ pub(crate) mod tests {
             span(3, 1, "net", 45, 50),
             span(4, 3, "rx", 95, 130),
         ];
-        spans[3].links.push(Link {
-            trace_id: TraceId::from_u128(1),
-            span_id: SpanId::from_u64(2),
-            relation: LinkRelation::CausedBy,
-            ..Link::default()
-        });
+        spans[3].links.push(link(2, LinkRelation::CausedBy));
         let mut names = Tracepoints::default();
         let p = tracepoint_path(&spans, &mut names).unwrap();
         assert_eq!(names_of(&p, &names), ["root:entry", "nic:entry", "nic:exit", "rx:entry", "rx:exit"]);
@@ -694,12 +696,7 @@ pub(crate) mod tests {
         // b (child of a) starts before a (skew) and a is caused by b: a.entry ← b.exit ← b.entry
         // ← a.entry.
         let mut spans = vec![span(1, 0, "r", 0, 100), span(2, 1, "a", 50, 60), span(3, 2, "b", 40, 45)];
-        spans[1].links.push(Link {
-            trace_id: TraceId::from_u128(1),
-            span_id: SpanId::from_u64(3),
-            relation: LinkRelation::FollowsFrom,
-            ..Link::default()
-        });
+        spans[1].links.push(link(3, LinkRelation::FollowsFrom));
         spans[1].end_ns = 200;
         let e = tracepoint_path(&spans, &mut Tracepoints::default()).unwrap_err();
         assert!(matches!(e.kind, PathErrorKind::Cycle { .. }), "{e}");
@@ -771,15 +768,10 @@ pub(crate) mod tests {
             ) {
                 let spans: Vec<Span> = v
                     .into_iter()
-                    .map(|(id, parent, start, end, events, link)| {
+                    .map(|(id, parent, start, end, events, link_to)| {
                         let mut s = span(id, parent, "g", start, end);
                         s.events = events.into_iter().map(|t| SpanEvent { time_ns: t, ..SpanEvent::default() }).collect();
-                        s.links.push(Link {
-                            trace_id: TraceId::from_u128(1),
-                            span_id: SpanId::from_u64(link),
-                            relation: LinkRelation::CausedBy,
-                            ..Link::default()
-                        });
+                        s.links.push(link(link_to, LinkRelation::CausedBy));
                         s
                     })
                     .collect();
