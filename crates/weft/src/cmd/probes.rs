@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::bail;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use weft_agent::control;
-use weft_agent::proto::{CommandResult, ProbeCommand, ProbeOp};
+use weft_control::proto::{CommandResult, ProbeCommand, ProbeOp};
 
 /// What to do.
 #[derive(clap::Subcommand, Debug)]
