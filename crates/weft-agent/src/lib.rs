@@ -18,6 +18,8 @@
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
 //!   [`weft_control::client::Collector`]).
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
+//! * [`cli`]: the command line ([`cli::Args`], [`cli::run`]) of both `weft agent` and the lean
+//!   `weft-agent` binary of this package (no DataFusion, Arrow or UI in it).
 //!
 //! The control messages (shared with `weft probes` and the collector) are in `weft-control`.
 //!
@@ -25,6 +27,7 @@
 //! stream: it is already batched, compressed, bounded and acknowledged after the durable append.
 
 pub mod agent;
+pub mod cli;
 pub mod collector;
 pub mod control;
 pub mod convert;

@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, global = true)]
     pub direct: bool,
     /// How long to wait for the processes to acknowledge a switch.
-    #[arg(long, global = true, default_value = "2s", value_parser = super::units::parse_duration)]
+    #[arg(long, global = true, default_value = "2s", value_parser = weft_cli::units::parse_duration)]
     pub wait: Duration,
 }
 

@@ -9,7 +9,7 @@ use anyhow::Context;
 use weft_server::{AppState, Receiver, ServerConfig};
 use weft_store::{FsyncPolicy, Store, StoreConfig};
 
-use super::units::{fmt_bytes, parse_duration, parse_size};
+use weft_cli::units::{fmt_bytes, parse_duration, parse_size};
 
 /// Arguments of `weft serve`.
 #[derive(clap::Args, Debug)]
