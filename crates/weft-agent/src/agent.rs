@@ -35,8 +35,8 @@ use weft_probe::consumer::{self, ConsumerError, Segment};
 use crate::control;
 use crate::convert::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 use crate::metrics::Metrics;
-use crate::proto::{CommandResult, ProbeCommand, ProcessReport};
 use crate::spool::{Appended, Spool, SpoolConfig, SpoolError};
+use weft_control::proto::{CommandResult, ProbeCommand, ProcessReport};
 
 /// Agent settings.
 #[derive(Debug, Clone)]
@@ -214,8 +214,7 @@ impl Agent {
         });
         if let Some(url) = &cfg.collector {
             let link = crate::collector::Link {
-                base: url.clone(),
-                token: cfg.control_token.clone(),
+                collector: weft_control::client::Collector::new(url, cfg.control_token.clone()),
                 agent: cfg.name.clone(),
                 host: cfg.host.clone(),
             };

@@ -147,7 +147,7 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
     };
     let keep_events = !args.no_events && (store.is_some() || events_file.is_some());
 
-    let bar = crate::progress::bytes_bar(Some(total_bytes), "ctf");
+    let bar = weft_cli::progress::bytes_bar(Some(total_bytes), "ctf");
     let mut imp = Importer {
         weaver: BlkkinWeaver::default(),
         span_sinks: span_files,

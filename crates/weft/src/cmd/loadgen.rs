@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let target = format!("{base}/v1/traces");
 
     // Prepare the requests.
-    let bar = crate::progress::bytes_bar(None, "preparing");
+    let bar = weft_cli::progress::bytes_bar(None, "preparing");
     let now = weft_model::time::now_unix_nanos();
     let mut shop = Shop::new(args.seed, now - 600_000_000_000, 1_000_000);
     let mut bodies: Vec<(Vec<u8>, u64)> = Vec::with_capacity(args.pool);
@@ -131,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]); // 429, 503, other
     let lat = Arc::new(parking_lot::Mutex::new(Vec::<u32>::new()));
-    let bar = crate::progress::count_bar(args.spans, "spans");
+    let bar = weft_cli::progress::count_bar(args.spans, "spans");
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..args.connections {

@@ -11,7 +11,7 @@ use weft_server::{AppState, Receiver, ServerConfig};
 use weft_store::{FsyncPolicy, Store, StoreConfig};
 use weft_synth::demo::{Appended, DemoConfig};
 
-use super::units::{fmt_bytes, parse_duration, parse_size};
+use weft_cli::units::{fmt_bytes, parse_duration, parse_size};
 
 /// Arguments of `weft serve`.
 #[derive(clap::Args, Debug)]
