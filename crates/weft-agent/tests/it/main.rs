@@ -2,5 +2,4 @@
 
 mod convert;
 mod local;
-mod otlp;
 mod spool;
