@@ -2,4 +2,5 @@
 
 mod convert;
 mod local;
+mod ship;
 mod spool;
