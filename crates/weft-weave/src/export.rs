@@ -343,7 +343,7 @@ impl Retries {
     }
 }
 
-/// A small pseudo-random generator (SplitMix64) for jitter: no cryptographic claims.
+/// A small pseudo-random generator (wyrand) for jitter: no cryptographic claims.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
@@ -356,16 +356,14 @@ impl Rng {
     /// A generator seeded from the clock and the process id.
     pub fn from_time() -> Rng {
         let t = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        Rng(t ^ ((std::process::id() as u64) << 32))
+        Rng::new(t ^ ((std::process::id() as u64) << 32))
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.0) * u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db);
+        (t >> 64) as u64 ^ t as u64
     }
 
     /// Uniform in `[0, n)` (0 when `n` is 0).
@@ -412,7 +410,7 @@ fn imf_fixdate(v: &str) -> Option<u64> {
     {
         return None;
     }
-    let leap = |y: u64| y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let leap = |y: u64| y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400));
     const DAYS_BEFORE: [u64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
     let mut days: u64 = (1970..year).map(|y| if leap(y) { 366 } else { 365 }).sum();
     days += DAYS_BEFORE[month] + u64::from(month >= 2 && leap(year)) + day - 1;
