@@ -302,7 +302,7 @@ impl RetryPolicy {
             Jitter::Full => 0,
             Jitter::Equal => nanos / 2,
         };
-        Duration::from_nanos(low + rng.below(nanos - low + 1))
+        Duration::from_nanos(low + rng.below((nanos - low).saturating_add(1)))
     }
 
     /// The retry state of one sender, its jitter seeded from `seed`.
