@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weft_agent::proto::{AgentReport, PollRequest, ProbeCommand};
+use weft_control::proto::{AgentReport, PollRequest, ProbeCommand};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(cmd) = ProbeCommand::parse(data) {

@@ -4,9 +4,8 @@
 //! | bench | what |
 //! |---|---|
 //! | `agent/drain_assemble` | read the records of 1000 archipelago-shaped requests from a real segment (`read_ring`) and assemble them into spans (server + client span per request, kv, 4 annotations, one event) |
-//! | `agent/encode_otlp` | encode those spans as an OTLP `ExportTraceServiceRequest` (the agent's direct encoder; what is spooled and sent) |
+//! | `agent/encode_otlp` | encode those spans as an OTLP `ExportTraceServiceRequest` (`weft_model::codec::otlp::encode_proto`, what is spooled and sent) |
 //! | `agent/encode_otlp_gzip` | the same, gzip (the default) |
-//! | `model/encode_otlp` (peer) | the same request through `weft_model::codec::otlp::encode_proto` (prost structures) |
 //! | `collector/decode_otlp` (peer) | `weft serve`'s decode of that request (`weft_model::codec::otlp::decode_proto`) |
 //!
 //! Records are written by this process's own probes into a shared-memory segment in a
@@ -108,12 +107,6 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("encode_otlp", |b| b.iter(|| black_box(encode_batch(black_box(&spans), false))));
     g.bench_function("encode_otlp_gzip", |b| b.iter(|| black_box(encode_batch(black_box(&spans), true))));
-    g.finish();
-    let mut g = c.benchmark_group("model");
-    g.throughput(Throughput::Elements(n));
-    g.bench_function("encode_otlp", |b| {
-        b.iter(|| black_box(weft_model::codec::otlp::encode_proto(black_box(&spans))))
-    });
     g.finish();
     let mut g = c.benchmark_group("collector");
     g.throughput(Throughput::Elements(n));

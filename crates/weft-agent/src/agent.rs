@@ -664,16 +664,8 @@ fn add_stats(t: &mut crate::convert::AsmStats, a: &crate::convert::AsmStats) {
 /// OTLP `ExportTraceServiceRequest` protobuf, gzip-compressed when `gzip` (what the sender
 /// posts).
 pub fn encode_batch(spans: &[Span], gzip: bool) -> Vec<u8> {
-    let raw = crate::otlp::encode(spans);
-    if !gzip {
-        return raw;
-    }
-    let mut gz =
-        flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4 + 64), flate2::Compression::fast());
-    if gz.write_all(&raw).is_err() {
-        return Vec::new();
-    }
-    gz.finish().unwrap_or_default()
+    let raw = weft_model::codec::otlp::encode_proto(spans);
+    if gzip { weft_weave::export::gzip(&raw) } else { raw }
 }
 
 /// Decode what [`encode_batch`] made (tests, tools).

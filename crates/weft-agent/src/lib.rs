@@ -10,9 +10,8 @@
 //!   restarts, commits).
 //! * [`convert`]: probe records → [`weft_model::Span`] (the mapping table is there).
 //! * [`spool`]: the store-and-forward spool (bounded; drops are explicit and counted).
-//! * [`otlp`]: a direct OTLP protobuf encoder for the agent's spans (byte-identical to
-//!   `weft_model`'s, without its intermediate structures).
-//! * [`ship`]: the sender (OTLP/HTTP protobuf to the collector's existing receiver).
+//! * [`ship`]: the sender (OTLP/HTTP protobuf to the collector's existing receiver, through
+//!   `weft_weave::export`'s client and retry policy).
 //! * [`control`]: executing [`weft_control::proto::ProbeCommand`]s on segments; the local
 //!   control socket.
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
@@ -32,7 +31,6 @@ pub mod collector;
 pub mod control;
 pub mod convert;
 pub mod metrics;
-pub mod otlp;
 pub mod ship;
 pub mod spool;
 

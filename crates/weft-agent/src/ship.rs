@@ -1,22 +1,22 @@
 //! The sender: takes batches from the [`Spool`] in order and posts them to the collector's
-//! OTLP/HTTP receiver (`POST /v1/traces`, protobuf, gzip unless `--no-compress`), acknowledging each in the spool only
-//! after the collector answered 200 (which `weft serve` sends after the durable append).
+//! OTLP/HTTP receiver (`POST /v1/traces`, protobuf, gzip unless `--no-compress`) through
+//! [`weft_weave::export`]'s client and retry policy, acknowledging each in the spool only after
+//! the collector answered 2xx (which `weft serve` sends after the durable append).
 //!
 //! | answer | what the sender does |
 //! |---|---|
-//! | 200 | acknowledge; spans the collector refused as invalid (OTLP partial success) are counted |
-//! | 400, 413, 415 and other 4xx but 408/429 | the batch can never succeed: counted as refused, logged, acknowledged |
-//! | 408, 429, 5xx, connection errors, timeouts | retry the same batch with exponential backoff (100 ms … 5 s, or the `Retry-After` given, up to 30 s); `collector_up` = 0 |
+//! | 2xx | acknowledge; spans the collector refused as invalid (OTLP partial success) are counted |
+//! | 400, 413, 415 | the batch can never succeed: counted as refused, logged, acknowledged |
+//! | anything else (429, 5xx, 401, 403, 404, …), connection errors, timeouts | keep the batch and retry it, forever, with jittered exponential backoff (100 ms … `max_backoff`) or after the `Retry-After` given (up to 30 s); `collector_up` = 0 |
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use prost::Message;
-use weft_model::codec::otlp::proto;
+use weft_weave::export::{Client, ClientOptions, Outcome, RetryPolicy, Rng};
 
 use crate::metrics::Metrics;
-use crate::spool::{Batch, Spool};
+use crate::spool::Spool;
 
 /// Where and how to send.
 #[derive(Debug, Clone)]
@@ -38,73 +38,18 @@ impl SenderConfig {
         }
     }
 
-    /// The URL posted to.
-    pub fn url(&self) -> String {
-        let e = self.endpoint.trim_end_matches('/');
-        if e.ends_with("/v1/traces") { e.to_string() } else { format!("{e}/v1/traces") }
+    fn client(&self) -> Client {
+        Client::new(&ClientOptions {
+            timeout: self.timeout,
+            connect_timeout: Some(Duration::from_secs(2)),
+            ..ClientOptions::new(&self.endpoint)
+        })
     }
-}
 
-/// What one attempt gave.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Stored; `rejected` spans were refused as invalid.
-    Acked { rejected: u64 },
-    /// Can never succeed (4xx).
-    Refused { status: u16, message: String },
-    /// Try again after `after` (or the backoff when `None`).
-    Retry { reason: String, after: Option<Duration> },
-}
-
-/// Post one batch.
-pub fn send(agent: &ureq::Agent, url: &str, b: &Batch) -> Outcome {
-    let mut req = agent.post(url).header("Content-Type", "application/x-protobuf");
-    if b.gzip {
-        req = req.header("Content-Encoding", "gzip");
+    /// The retry policy: never give up on a batch that may still be accepted.
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy { max_backoff: self.max_backoff, max_retries: None, ..RetryPolicy::default() }
     }
-    let res = req.send(&b.payload[..]);
-    let mut resp = match res {
-        Ok(r) => r,
-        Err(e) => return Outcome::Retry { reason: e.to_string(), after: None },
-    };
-    let status = resp.status().as_u16();
-    let retry_after = resp
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s.min(30)));
-    let body = resp.body_mut().with_config().limit(1 << 20).read_to_vec().unwrap_or_default();
-    match status {
-        200..=299 => {
-            let rejected = proto::ExportTraceServiceResponse::decode(&body[..])
-                .ok()
-                .and_then(|r| r.partial_success)
-                .map(|p| p.rejected_spans.max(0) as u64)
-                .unwrap_or(0);
-            Outcome::Acked { rejected }
-        }
-        408 | 429 | 500..=599 => {
-            Outcome::Retry { reason: format!("HTTP {status}: {}", error_text(&body)), after: retry_after }
-        }
-        _ => Outcome::Refused { status, message: error_text(&body) },
-    }
-}
-
-fn error_text(body: &[u8]) -> String {
-    #[derive(Clone, PartialEq, prost::Message)]
-    struct RpcStatus {
-        #[prost(int32, tag = "1")]
-        code: i32,
-        #[prost(string, tag = "2")]
-        message: String,
-    }
-    if let Ok(s) = RpcStatus::decode(body)
-        && !s.message.is_empty()
-    {
-        return s.message;
-    }
-    String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
 }
 
 /// Run the sender until `stop` is set and either the spool is empty or `linger` has passed.
@@ -115,14 +60,9 @@ pub fn run(
     stop: Arc<AtomicBool>,
     linger: Duration,
 ) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(cfg.timeout))
-        .timeout_connect(Some(Duration::from_secs(2)))
-        .build()
-        .into();
-    let url = cfg.url();
-    let mut backoff = Duration::from_millis(100);
+    let client = cfg.client();
+    let url = client.url().to_owned();
+    let mut retries = cfg.policy().retries(Rng::from_time().next_u64());
     let mut stop_at: Option<Instant> = None;
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -142,7 +82,7 @@ pub fn run(
             }
         };
         let t0 = Instant::now();
-        match send(&agent, &url, &batch) {
+        match client.send(&batch.payload, batch.gzip) {
             Outcome::Acked { rejected } => {
                 metrics.collector_up.store(true, Ordering::Relaxed);
                 metrics.batches_sent.fetch_add(1, Ordering::Relaxed);
@@ -158,7 +98,7 @@ pub fn run(
                         "collector refused spans of a batch as invalid"
                     );
                 }
-                backoff = Duration::from_millis(100);
+                retries.reset();
                 if let Err(e) = spool.ack(&batch) {
                     tracing::error!(error = %e, "spool acknowledgement failed");
                     metrics.spool_errors.fetch_add(1, Ordering::Relaxed);
@@ -169,17 +109,18 @@ pub fn run(
                 metrics.batches_refused.fetch_add(1, Ordering::Relaxed);
                 metrics.spans_refused.fetch_add(batch.spans as u64, Ordering::Relaxed);
                 tracing::error!(status, %message, seq = batch.seq, spans = batch.spans, "collector refused a batch; dropped");
+                retries.reset();
                 if let Err(e) = spool.ack(&batch) {
                     tracing::error!(error = %e, "spool acknowledgement failed");
                 }
             }
-            Outcome::Retry { reason, after } => {
+            Outcome::Retry { reason, after, .. } => {
                 if metrics.collector_up.swap(false, Ordering::Relaxed) {
                     tracing::warn!(%reason, url = %url, "collector unavailable; batches stay in the spool");
                 }
                 metrics.send_errors.fetch_add(1, Ordering::Relaxed);
-                let pause = after.unwrap_or(backoff);
-                backoff = (backoff * 2).min(cfg.max_backoff);
+                // The policy never gives up (`max_retries: None`).
+                let pause = retries.next(after).unwrap_or(cfg.max_backoff);
                 let until = Instant::now() + pause;
                 while Instant::now() < until {
                     if stop.load(Ordering::Relaxed) && stop_at.is_some_and(|a| Instant::now() >= a) {

@@ -20,7 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
 use prost::Message;
-use weft_model::codec::otlp::{self, proto};
+use weft_model::codec::otlp::{self, RpcStatus, proto};
 
 use crate::ingest::{self, IngestError, Stored};
 use crate::metrics::Receiver;
@@ -35,15 +35,6 @@ pub fn routes() -> Router<AppState> {
 enum Enc {
     Proto,
     Json,
-}
-
-/// `google.rpc.Status` (what OTLP/HTTP error bodies carry).
-#[derive(Clone, PartialEq, prost::Message)]
-struct RpcStatus {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
 }
 
 fn grpc_code(status: StatusCode) -> i32 {

@@ -7,6 +7,7 @@
 //! * [`peers_dir`], [`python`], [`node_modules`]: the real peers `.ci/test` installs (the
 //!   OpenTelemetry Python SDK, py_zipkin, ns-3, playwright-core, ...);
 //! * [`free_port`]: a loopback port nobody listens on;
+//! * [`http`]: a scripted HTTP receiver (statuses and `Retry-After` in turn) for exporter tests;
 //! * [`lttng`]: real LTTng-UST recordings of weft's test program (every field type, BlkKin);
 //! * `cpu` (feature `criterion`): criterion benchmarks timed in the thread's CPU time.
 //!
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 #[cfg(feature = "criterion")]
 pub mod cpu;
+pub mod http;
 pub mod lttng;
 
 /// The `shared/` directory beside the repository: `$WEFT_SHARED`, else the first `shared`

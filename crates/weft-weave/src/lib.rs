@@ -21,6 +21,8 @@
 //! * [`pipeline`]: the threads and bounded channels; [`pipeline::Run`] with live counters
 //!   and the final [`pipeline::RunReport`].
 //! * [`sink`]: span sinks — files (OTLP JSON, Zipkin JSON, Chrome trace, ...) and OTLP/HTTP.
+//! * [`export`]: the OTLP/HTTP client and retry policy every weft sender uses (this crate's
+//!   OTLP sink, the agent's shipping, `weft import --server`, `weft loadgen`).
 //! * [`render`]: a compact text rendering of woven traces (trees with names, components,
 //!   durations and links) used by golden tests and `weft weave --tree`.
 //! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans.
@@ -121,6 +123,7 @@
 pub mod actor;
 pub mod assemble;
 pub mod blkin;
+pub mod export;
 pub mod merge;
 pub mod pipeline;
 pub mod sink;

@@ -8,9 +8,11 @@
 //! writing a FIFO then blocks on its writes), `Drop` discards the batch and counts the spans.
 //!
 //! The OTLP/HTTP sink posts OTLP protobuf (`application/x-protobuf`) in batches of
-//! `batch_spans`, retrying connection failures and 429/502/503/504 answers with exponential
-//! backoff (honouring `Retry-After`), at most `max_retries` times per batch; a batch it gives up
-//! on is counted in [`SinkReport::failed_spans`] with the last error, and the sink goes on.
+//! `batch_spans` through [`crate::export`]'s client and retry policy: a batch answered 400, 413
+//! or 415 is given up at once, anything else but a 2xx (connection failures and timeouts
+//! included) is retried with jittered exponential backoff or after the `Retry-After` given, at
+//! most `max_retries` times. A batch it gives up on is counted in
+//! [`SinkReport::failed_spans`] with the last error, and the sink goes on.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -24,6 +26,8 @@ use crossbeam_channel::{Receiver, Sender, TrySendError, bounded};
 use weft_model::Span;
 use weft_model::codec::Losses;
 use weft_model::codec::stream::{Format, SpanWriter, WriterOptions, writer};
+
+use crate::export::{Client, ClientOptions, Outcome, Retries, RetryPolicy, Rng};
 
 /// What a full sink queue does to the pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -143,7 +147,7 @@ pub struct SinkReport {
     pub spans: u64,
     /// Spans discarded because the sink's queue was full (`backpressure = "drop"`).
     pub dropped_spans: u64,
-    /// Spans of batches the HTTP sink gave up on.
+    /// Spans of batches the HTTP sink gave up on (refused, or retries spent).
     pub failed_spans: u64,
     /// HTTP requests made (including retries).
     pub requests: u64,
@@ -352,11 +356,12 @@ fn run_file_otlp_proto(
 }
 
 fn run_http(name: String, o: HttpOptions, rx: Receiver<Batch>) -> SinkReport {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_millis(o.timeout_ms.max(1))))
-        .build()
-        .into();
+    let client = Client::new(&ClientOptions {
+        timeout: Duration::from_millis(o.timeout_ms.max(1)),
+        ..ClientOptions::new(&o.url)
+    });
+    let mut retries = RetryPolicy { max_retries: Some(o.max_retries), ..RetryPolicy::default() }
+        .retries(Rng::from_time().next_u64());
     let mut rep = SinkReport { name, ..SinkReport::default() };
     let mut pending: Vec<Span> = Vec::new();
     for b in rx {
@@ -364,49 +369,32 @@ fn run_http(name: String, o: HttpOptions, rx: Receiver<Batch>) -> SinkReport {
         while pending.len() >= o.batch_spans {
             let rest = pending.split_off(o.batch_spans);
             let batch = std::mem::replace(&mut pending, rest);
-            post(&agent, &o, &batch, &mut rep);
+            post(&client, &mut retries, &batch, &mut rep);
         }
     }
     if !pending.is_empty() {
-        post(&agent, &o, &pending, &mut rep);
+        post(&client, &mut retries, &pending, &mut rep);
     }
     rep
 }
 
-fn post(agent: &ureq::Agent, o: &HttpOptions, spans: &[Span], rep: &mut SinkReport) {
-    let body = weft_model::codec::otlp::encode_proto(spans);
-    let mut attempt = 0u32;
-    loop {
-        rep.requests += 1;
-        let res = agent.post(&o.url).header("Content-Type", "application/x-protobuf").send(&body[..]);
-        let (retry, wait, err) = match res {
-            Ok(mut r) => {
-                let status = r.status().as_u16();
-                let retry_after = r
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(|s| Duration::from_secs(s.min(30)));
-                let _ = r.body_mut().read_to_vec();
-                if (200..300).contains(&status) {
-                    rep.spans += spans.len() as u64;
-                    return;
-                }
-                let retry = matches!(status, 429 | 502 | 503 | 504);
-                (retry, retry_after, format!("{} answered HTTP {status}", o.url))
-            }
-            Err(e) => (true, None, format!("{}: {e}", o.url)),
-        };
-        if !retry || attempt >= o.max_retries {
-            tracing::warn!("OTLP/HTTP sink gives up on {} spans: {err}", spans.len());
-            rep.failed_spans += spans.len() as u64;
-            rep.last_error = Some(err);
+fn post(client: &Client, retries: &mut Retries, spans: &[Span], rep: &mut SinkReport) {
+    let body = client.encode(spans);
+    let d = client.deliver(&body, client.gzip(), retries, std::thread::sleep);
+    rep.requests += d.requests as u64;
+    rep.retries += d.requests.saturating_sub(1) as u64;
+    retries.reset();
+    let err = match d.outcome {
+        Outcome::Acked { .. } => {
+            rep.spans += spans.len() as u64;
             return;
         }
-        let backoff = Duration::from_millis(100u64 << attempt.min(6)).min(Duration::from_secs(5));
-        std::thread::sleep(wait.unwrap_or(backoff));
-        attempt += 1;
-        rep.retries += 1;
-    }
+        Outcome::Refused { status, message } => {
+            format!("{} refused the spans: HTTP {status}: {message}", client.url())
+        }
+        Outcome::Retry { reason, .. } => reason,
+    };
+    tracing::warn!("OTLP/HTTP sink gives up on {} spans: {err}", spans.len());
+    rep.failed_spans += spans.len() as u64;
+    rep.last_error = Some(err);
 }

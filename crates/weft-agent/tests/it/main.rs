@@ -3,5 +3,5 @@
 mod bin;
 mod convert;
 mod local;
-mod otlp;
+mod ship;
 mod spool;

@@ -559,8 +559,10 @@ impl<K: Ord, F: Fn(&Span) -> K> ExternalSorter<K, F> {
         self.files.push(path);
         let mut w = std::io::BufWriter::new(f);
         for s in self.run.drain(..) {
-            let req = otlp::to_request(std::slice::from_ref(&s));
-            let bytes = prost::Message::encode_length_delimited_to_vec(&req);
+            let bytes = otlp::encode_proto(std::slice::from_ref(&s));
+            let mut len = Vec::with_capacity(10);
+            prost::encoding::encode_varint(bytes.len() as u64, &mut len);
+            w.write_all(&len).map_err(&io)?;
             w.write_all(&bytes).map_err(&io)?;
         }
         w.flush().map_err(&io)?;

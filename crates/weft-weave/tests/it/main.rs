@@ -4,6 +4,7 @@ mod actors;
 mod backpressure;
 mod bad_input;
 mod blkin;
+mod export;
 mod fifo;
 mod golden;
 mod props;

@@ -27,6 +27,7 @@ use weft_model::{Event, EventKind, SourceId, Span};
 use weft_sources::ctf::{CtfTrace, DecodeOptions, Merged, StreamDecoder, StreamStats, open_traces};
 use weft_store::{Store, StoreConfig, StoreError};
 use weft_weave::blkin::{BlkkinStats, BlkkinWeaver};
+use weft_weave::export::{Client, ClientOptions, Jitter, Outcome, Retries, RetryPolicy, Rng};
 
 /// Arguments of `weft import`.
 #[derive(clap::Args, Debug)]
@@ -91,7 +92,7 @@ const SPAN_BATCH: usize = 1000;
 /// Where spans go.
 enum SpanSink {
     File(Box<dyn SpanWriter>),
-    Server { agent: ureq::Agent, url: String },
+    Server(ServerSink),
 }
 
 fn ctf(args: CtfArgs) -> anyhow::Result<()> {
@@ -130,8 +131,12 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
         )?));
     }
     if let Some(url) = &args.server {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        span_files.push(SpanSink::Server { agent, url: format!("{}/v1/traces", url.trim_end_matches('/')) });
+        let client =
+            Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
+        span_files.push(SpanSink::Server(ServerSink {
+            client,
+            retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()),
+        }));
     }
     let store = match &args.data_dir {
         Some(dir) => {
@@ -360,7 +365,7 @@ impl Importer<'_> {
             for sink in &mut self.span_sinks {
                 match sink {
                     SpanSink::File(w) => w.write(chunk)?,
-                    SpanSink::Server { agent, url } => post(agent, url, chunk)?,
+                    SpanSink::Server(server) => server.post(chunk)?,
                 }
             }
             if let Some(store) = self.store {
@@ -405,27 +410,38 @@ fn append_retrying(mut f: impl FnMut() -> weft_store::Result<()>) -> weft_store:
     }
 }
 
-fn post(agent: &ureq::Agent, url: &str, spans: &[Span]) -> anyhow::Result<()> {
-    let body = weft_model::codec::otlp::encode_proto(spans);
-    let mut wait = Duration::from_millis(50);
-    for _ in 0..20 {
-        let mut r = agent
-            .post(url)
-            .header("Content-Type", "application/x-protobuf")
-            .send(&body[..])
-            .with_context(|| format!("sending spans to {url}"))?;
-        let status = r.status().as_u16();
-        let text = r.body_mut().read_to_string().unwrap_or_default();
-        match status {
-            200..=299 => return Ok(()),
-            429 | 503 => {
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(Duration::from_secs(2));
+/// A server's OTLP/HTTP receiver, through the exporter every weft sender uses.
+struct ServerSink {
+    client: Client,
+    retries: Retries,
+}
+
+/// `weft import`'s retries: up to 20 per batch, 50 ms doubling to 2 s (a server catching up
+/// with its flush answers 429/503 for a moment), then the import fails.
+const IMPORT_RETRIES: RetryPolicy = RetryPolicy {
+    initial: Duration::from_millis(50),
+    max_backoff: Duration::from_secs(2),
+    max_retry_after: Duration::from_secs(30),
+    max_retries: Some(20),
+    jitter: Jitter::Equal,
+};
+
+impl ServerSink {
+    fn post(&mut self, spans: &[Span]) -> anyhow::Result<()> {
+        let body = self.client.encode(spans);
+        let d = self.client.deliver(&body, self.client.gzip(), &mut self.retries, std::thread::sleep);
+        self.retries.reset();
+        let url = self.client.url();
+        match d.outcome {
+            Outcome::Acked { .. } => Ok(()),
+            Outcome::Refused { status, message } => {
+                bail!("{url} refused the spans: HTTP {status}: {message}")
             }
-            _ => bail!("{url} refused the spans: HTTP {status}: {text}"),
+            Outcome::Retry { reason, .. } => {
+                bail!("{url} did not take the spans after {} attempts: {reason}", d.requests)
+            }
         }
     }
-    bail!("{url} stayed overloaded (HTTP 429/503)")
 }
 
 /// One event as a JSON object: times, source, component, type and every field.

@@ -6,7 +6,10 @@
 //! Requests are prepared before the clock starts: a pool of distinct batches (realistic shop
 //! traces from `weft_synth::shop`, encoded as OTLP protobuf or JSON, optionally gzipped) is
 //! cycled until the requested number of spans has been sent, so the generator's own cost is a
-//! loop of HTTP posts.
+//! loop of HTTP posts. Posts go through [`weft_weave::export`], the client and retry policy of
+//! every weft sender: after an answer other than 2xx the connection pauses as the policy says
+//! (the `Retry-After` given, or jittered backoff) and goes on with the next batch; a
+//! connection whose requests all failed [`LOADGEN_RETRIES`]`.max_retries` times in a row stops.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,6 +18,17 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use weft_model::codec::otlp;
 use weft_synth::shop::Shop;
+use weft_weave::export::{self, Client, ClientOptions, Jitter, Outcome, RetryPolicy, Rng};
+
+/// Pauses after a failed request: 50 ms doubling to 1 s, or the server's `Retry-After`; 20
+/// failures in a row end the connection.
+const LOADGEN_RETRIES: RetryPolicy = RetryPolicy {
+    initial: Duration::from_millis(50),
+    max_backoff: Duration::from_secs(1),
+    max_retry_after: Duration::from_secs(30),
+    max_retries: Some(20),
+    jitter: Jitter::Equal,
+};
 
 /// Body encoding.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,20 +97,13 @@ fn scrape(agent: &ureq::Agent, base: &str) -> Option<Scrape> {
     s.cpu.is_finite().then_some(s)
 }
 
-fn gzip(b: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let _ = e.write_all(b);
-    e.finish().unwrap_or_default()
-}
-
 /// Runs the load generator.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.batch == 0 || args.connections == 0 || args.pool == 0 {
         bail!("--batch, --connections and --pool must be at least 1");
     }
     let base = args.url.trim_end_matches('/').to_owned();
-    let target = format!("{base}/v1/traces");
+    let target = export::traces_url(&base);
 
     // Prepare the requests.
     let bar = weft_cli::progress::bytes_bar(None, "preparing");
@@ -117,7 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Encoding::Json => otlp::encode_json(&batch),
         };
         raw_bytes += body.len() as u64;
-        let body = if args.gzip { gzip(&body) } else { body };
+        let body = if args.gzip { export::gzip(&body) } else { body };
         bar.inc(body.len() as u64);
         bodies.push((body, batch.len() as u64));
     }
@@ -137,12 +144,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for _ in 0..args.connections {
             let (bodies, sent, next, refused, lat, bar) =
                 (bodies.clone(), sent_spans.clone(), next.clone(), refused.clone(), lat.clone(), bar.clone());
-            let target = target.clone();
-            let ct = match args.encoding {
-                Encoding::Proto => "application/x-protobuf",
-                Encoding::Json => "application/json",
-            };
-            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+            let client = Client::new(&ClientOptions {
+                timeout: Duration::from_secs(60),
+                encoding: match args.encoding {
+                    Encoding::Proto => export::Encoding::Proto,
+                    Encoding::Json => export::Encoding::Json,
+                },
+                ..ClientOptions::new(&base)
+            });
+            let mut retries = LOADGEN_RETRIES.retries(Rng::from_time().next_u64());
             let (gz, rate, total) = (args.gzip, args.rate, args.spans);
             s.spawn(move || {
                 let mut my_lat = Vec::new();
@@ -160,39 +170,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         }
                     }
                     let t0 = Instant::now();
-                    let mut req = agent.post(&target).header("Content-Type", ct);
-                    if gz {
-                        req = req.header("Content-Encoding", "gzip");
-                    }
-                    match req.send(&body[..]) {
-                        Ok(mut r) => {
-                            let _ = r.body_mut().read_to_vec();
-                            match r.status().as_u16() {
-                                200 => {
-                                    sent.fetch_add(*n, Ordering::Relaxed);
-                                    bar.inc(*n);
-                                }
-                                429 => {
-                                    refused[0].fetch_add(1, Ordering::Relaxed);
-                                    std::thread::sleep(Duration::from_millis(50));
-                                }
-                                503 => {
-                                    refused[1].fetch_add(1, Ordering::Relaxed);
-                                    std::thread::sleep(Duration::from_millis(50));
-                                }
-                                _ => {
-                                    refused[2].fetch_add(1, Ordering::Relaxed);
-                                }
+                    let outcome = client.send(body, gz);
+                    my_lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    match outcome {
+                        Outcome::Acked { .. } => {
+                            retries.reset();
+                            sent.fetch_add(*n, Ordering::Relaxed);
+                            bar.inc(*n);
+                        }
+                        Outcome::Refused { .. } => {
+                            // No pause (the payload is at fault, not the server), but a
+                            // connection refused every time stops too.
+                            refused[2].fetch_add(1, Ordering::Relaxed);
+                            if retries.next(None).is_none() {
+                                break;
                             }
                         }
-                        Err(_) => {
-                            refused[2].fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(Duration::from_millis(100));
+                        Outcome::Retry { status, after, .. } => {
+                            let k = match status {
+                                Some(429) => 0,
+                                Some(503) => 1,
+                                _ => 2,
+                            };
+                            refused[k].fetch_add(1, Ordering::Relaxed);
+                            match retries.next(after) {
+                                Some(pause) => std::thread::sleep(pause),
+                                None => break,
+                            }
                         }
-                    }
-                    my_lat.push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
-                    if refused[2].load(Ordering::Relaxed) > 1000 {
-                        break;
                     }
                 }
                 lat.lock().extend(my_lat);

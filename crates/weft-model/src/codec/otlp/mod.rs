@@ -25,7 +25,8 @@
 //! messages; see `direct.rs`), following prost's rules exactly — [`from_request`] over the
 //! generated types is the reference it is tested against.
 //!
-//! Encoding groups *consecutive* spans that share a resource and scope into one
+//! Encoding likewise writes the wire bytes straight from the spans (`encode.rs`, the one OTLP
+//! protobuf encoder; [`to_request`] is its output decoded by prost). It groups *consecutive* spans that share a resource and scope into one
 //! `ResourceSpans` / `ScopeSpans`, so decode → encode keeps the grouping of the input.
 //!
 //! # Partial success
@@ -47,6 +48,7 @@ use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind
 use crate::value::{Attributes, KeyValue, Value};
 
 mod direct;
+mod encode;
 pub mod json;
 pub(crate) mod wire;
 
@@ -67,6 +69,29 @@ pub mod proto {
 }
 
 pub(crate) const PROTO: &str = "OTLP protobuf";
+
+/// `google.rpc.Status`: the body of an OTLP/HTTP error answer in protobuf (receivers write
+/// it, exporters read its message).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcStatus {
+    /// The gRPC status code.
+    #[prost(int32, tag = "1")]
+    pub code: i32,
+    /// What went wrong.
+    #[prost(string, tag = "2")]
+    pub message: String,
+}
+
+impl RpcStatus {
+    /// What an error answer's body says: its `RpcStatus` message when it decodes as one with a
+    /// message, else its first 512 bytes as text (a proxy's HTML, a JSON receiver's answer).
+    pub fn message_of(body: &[u8]) -> String {
+        match RpcStatus::decode(body) {
+            Ok(s) if !s.message.is_empty() => s.message,
+            _ => String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+        }
+    }
+}
 
 /// Decodes an `ExportTraceServiceRequest` (or `TracesData`) protobuf; fails on the first
 /// invalid span.
@@ -112,9 +137,10 @@ pub(crate) fn decode_resource_spans_into(
     direct::resource_spans(element, offset, index, sink, &mut direct::Seen::default(), out)
 }
 
-/// Encodes spans as an `ExportTraceServiceRequest` protobuf.
+/// Encodes spans as an `ExportTraceServiceRequest` protobuf (straight from the spans, see
+/// `encode.rs`; the one OTLP protobuf encoder of weft).
 pub fn encode_proto(spans: &[Span]) -> Vec<u8> {
-    to_request(spans).encode_to_vec()
+    encode::encode(spans)
 }
 
 /// Converts a decoded request; fails on the first invalid span (the error names the field,
@@ -315,139 +341,15 @@ pub(crate) fn value_from_proto(v: Option<proto::AnyValue>) -> Value {
     }
 }
 
-/// Converts spans to a request, grouping consecutive spans with equal resource and scope.
+/// Converts spans to the generated request type (for gRPC clients and tests): the bytes of
+/// [`encode_proto`] decoded by prost, so both carry exactly the same message.
 pub fn to_request(spans: &[Span]) -> proto::ExportTraceServiceRequest {
-    let mut resource_spans: Vec<proto::ResourceSpans> = Vec::new();
-    let mut last: Option<(&Arc<Resource>, &Arc<Scope>)> = None;
-    for s in spans {
-        let same_res = last.is_some_and(|(r, _)| same(r, &s.resource));
-        let same_scope = same_res && last.is_some_and(|(_, sc)| same(sc, &s.scope));
-        if !same_res {
-            resource_spans.push(proto::ResourceSpans {
-                resource: Some(proto::Resource {
-                    attributes: attrs_to_proto(&s.resource.attributes),
-                    dropped_attributes_count: s.resource.dropped_attributes_count,
-                    entity_refs: Vec::new(),
-                }),
-                scope_spans: Vec::new(),
-                schema_url: s.resource.schema_url.clone(),
-            });
-        }
-        // `resource_spans` is non-empty here: a new one was pushed unless the resource matched.
-        let Some(rs) = resource_spans.last_mut() else { continue };
-        if !same_scope {
-            rs.scope_spans.push(proto::ScopeSpans {
-                scope: Some(proto::InstrumentationScope {
-                    name: s.scope.name.clone(),
-                    version: s.scope.version.clone(),
-                    attributes: attrs_to_proto(&s.scope.attributes),
-                    dropped_attributes_count: s.scope.dropped_attributes_count,
-                }),
-                spans: Vec::new(),
-                schema_url: s.scope.schema_url.clone(),
-            });
-        }
-        if let Some(ss) = rs.scope_spans.last_mut() {
-            ss.spans.push(span_to_proto(s));
-        }
-        last = Some((&s.resource, &s.scope));
-    }
-    proto::ExportTraceServiceRequest { resource_spans }
+    // The encoder's output always decodes (`tests/it/otlp.rs` checks it against prost).
+    proto::ExportTraceServiceRequest::decode(&encode_proto(spans)[..]).unwrap_or_default()
 }
 
 pub(crate) fn same<T: PartialEq>(a: &Arc<T>, b: &Arc<T>) -> bool {
     Arc::ptr_eq(a, b) || **a == **b
-}
-
-fn span_to_proto(s: &Span) -> proto::Span {
-    proto::Span {
-        trace_id: s.trace_id.0.to_vec(),
-        span_id: s.span_id.0.to_vec(),
-        trace_state: s.trace_state.clone(),
-        parent_span_id: s.parent_span_id.map(|p| p.0.to_vec()).unwrap_or_default(),
-        flags: s.flags,
-        name: s.name.to_string(),
-        kind: s.kind as i32,
-        start_time_unix_nano: s.start_ns,
-        end_time_unix_nano: s.end_ns,
-        attributes: attrs_to_proto(&s.attributes),
-        dropped_attributes_count: s.dropped_attributes_count,
-        events: s
-            .events
-            .iter()
-            .map(|e| proto::span::Event {
-                time_unix_nano: e.time_ns,
-                name: e.name.to_string(),
-                attributes: attrs_to_proto(&e.attributes),
-                dropped_attributes_count: e.dropped_attributes_count,
-            })
-            .collect(),
-        dropped_events_count: s.dropped_events_count,
-        links: s
-            .links
-            .iter()
-            .map(|l| proto::span::Link {
-                trace_id: l.trace_id.0.to_vec(),
-                span_id: l.span_id.0.to_vec(),
-                trace_state: l.trace_state.clone(),
-                attributes: link_wire_attributes(l)
-                    .map(|(k, v, rel)| proto::KeyValue {
-                        key: k.to_owned(),
-                        value: Some(match (v, rel) {
-                            (Some(v), _) => value_to_proto(v),
-                            (None, rel) => proto::AnyValue {
-                                value: Some(proto::any_value::Value::StringValue(
-                                    rel.unwrap_or("").to_owned(),
-                                )),
-                            },
-                        }),
-                        key_strindex: 0,
-                    })
-                    .collect(),
-                dropped_attributes_count: l.dropped_attributes_count,
-                flags: l.flags,
-            })
-            .collect(),
-        dropped_links_count: s.dropped_links_count,
-        status: (s.status != Status::default())
-            .then(|| proto::Status { message: s.status.message.clone(), code: s.status.code as i32 }),
-    }
-}
-
-pub(crate) fn attrs_to_proto(a: &Attributes) -> Vec<proto::KeyValue> {
-    a.iter()
-        .map(|kv| proto::KeyValue {
-            key: kv.key.to_string(),
-            value: Some(value_to_proto(&kv.value)),
-            key_strindex: 0,
-        })
-        .collect()
-}
-
-pub(crate) fn value_to_proto(v: &Value) -> proto::AnyValue {
-    use proto::any_value::Value as V;
-    let value = match v {
-        Value::Str(s) => Some(V::StringValue(s.to_string())),
-        Value::Bool(b) => Some(V::BoolValue(*b)),
-        Value::I64(i) => Some(V::IntValue(*i)),
-        Value::F64(d) => Some(V::DoubleValue(*d)),
-        Value::Bytes(b) => Some(V::BytesValue(b.clone())),
-        Value::Array(a) => {
-            Some(V::ArrayValue(proto::ArrayValue { values: a.iter().map(value_to_proto).collect() }))
-        }
-        Value::Map(m) => Some(V::KvlistValue(proto::KeyValueList {
-            values: m
-                .iter()
-                .map(|kv| proto::KeyValue {
-                    key: kv.key.to_string(),
-                    value: Some(value_to_proto(&kv.value)),
-                    key_strindex: 0,
-                })
-                .collect(),
-        })),
-        Value::Empty => None,
-    };
-    proto::AnyValue { value }
 }
 
 #[cfg(test)]
