@@ -12,7 +12,7 @@ use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
 use crate::query::{Snapshot, SnapshotTable};
-use crate::{RecordBatch, Store, convert, batches_to_spans, memtable, resources, schema};
+use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, memtable, resources, schema};
 
 /// Result of a SQL query.
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ impl Store {
         for (t, p) in parts.iter_mut().enumerate() {
             let mut found = Vec::new();
             for b in &snap.memory[t] {
-                if let Some(f) = convert::filter_trace(b, &id)? {
+                if let Some(f) = arrow_rows::filter_trace(b, &id)? {
                     found.push(f);
                 }
             }

@@ -6,7 +6,7 @@ use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
 use crate::query::sql_str;
-use crate::{Store, convert};
+use crate::{Store, arrow_rows};
 
 /// Search criteria for traces (all given criteria must hold on one span).
 #[derive(Debug, Clone, Default)]
@@ -45,7 +45,7 @@ impl Store {
                 .downcast_ref::<FixedSizeBinaryArray>()
                 .ok_or_else(|| StoreError::Decode("search returned no trace ids".into()))?;
             for i in 0..ids.len() {
-                out.push(convert::trace_id_at(ids, i));
+                out.push(arrow_rows::trace_id_at(ids, i));
             }
         }
         Ok(out)
