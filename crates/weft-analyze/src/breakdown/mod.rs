@@ -5,9 +5,10 @@
 //! # Groups
 //!
 //! Spans are grouped by a key chosen with [`GroupBy`]: by default the span's finest component
-//! ([`conv::COMPONENT`], e.g. `ns3/sw1` for a hop inside switch `sw1`), falling back to its
-//! resource's `service.name`. Each group's resource [`conv::COMPONENT_KIND`] (`host`, `nic`,
-//! `network`, ...) is reported with it so a UI can colour by kind.
+//! ([`conv::COMPONENT`](weft_model::conv::COMPONENT), e.g. `ns3/sw1` for a hop inside switch
+//! `sw1`), falling back to its resource's `service.name`. Each group's resource
+//! [`conv::COMPONENT_KIND`](weft_model::conv::COMPONENT_KIND) (`host`, `nic`, `network`, ...)
+//! is reported with it so a UI can colour by kind.
 //!
 //! # Three times per group
 //!

@@ -66,7 +66,7 @@ impl GroupBy {
 /// How gaps between groups are reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WireMode {
-    /// One [`WIRE`] row with all wire time.
+    /// One [`WIRE`](super::WIRE) row with all wire time.
     #[default]
     Total,
     /// One row per link: `wire <from>→<to>`.
