@@ -18,17 +18,13 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use weft_analyze::breakdown::{Classifier, GroupBy, Options, breakdown, trace_breakdown};
 use weft_model::codec::otlp;
+use weft_model::id::SplitMix64;
 use weft_model::{Resource, Span, SpanId, TraceId, conv};
 
-/// splitmix64
-struct Rng(u64);
+struct Rng(SplitMix64);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
@@ -51,7 +47,7 @@ fn resources() -> Vec<Arc<Resource>> {
 /// time, as a caused-by hop) starting after it ends, in one of 12 components.
 fn big_trace(n: usize) -> Vec<Span> {
     let res = resources();
-    let mut rng = Rng(42);
+    let mut rng = Rng(SplitMix64::new(42));
     let mut spans: Vec<Span> = Vec::with_capacity(n);
     for i in 0..n {
         let (parent, start) = if i == 0 {
@@ -86,7 +82,7 @@ fn big_trace(n: usize) -> Vec<Span> {
 /// 10,000 packets of 12 hops each, half requests, half responses.
 fn packets(n: usize) -> Vec<Span> {
     let res = resources();
-    let mut rng = Rng(7);
+    let mut rng = Rng(SplitMix64::new(7));
     let nodes = ["client", "sw0", "sw1", "server"];
     let mut spans = Vec::with_capacity(n * 12);
     for p in 0..n {

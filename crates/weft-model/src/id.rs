@@ -238,11 +238,41 @@ fn next_random() -> u64 {
         let seed = t ^ ((std::process::id() as u64) << 32) ^ (&STATE as *const _ as u64);
         let _ = STATE.compare_exchange(0, seed | 1, Ordering::Relaxed, Ordering::Relaxed);
     }
-    s = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
-    let mut z = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    s = STATE.fetch_add(SplitMix64::GAMMA, Ordering::Relaxed);
+    mix64(s)
+}
+
+/// splitmix64's step and output function in one: `z` advanced by [`SplitMix64::GAMMA`], then
+/// mixed (a fast, well-mixing bijection on u64).
+#[inline]
+pub fn mix64(z: u64) -> u64 {
+    let mut z = z.wrapping_add(SplitMix64::GAMMA);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A deterministic splitmix64 generator: the same seed gives the same sequence on every
+/// platform (for sampling that must be reproducible, not for anything secret).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// The state increment (the golden ratio in 64-bit fixed point).
+    pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    /// A generator starting at `seed`.
+    pub const fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next value.
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        let r = mix64(self.0);
+        self.0 = self.0.wrapping_add(Self::GAMMA);
+        r
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Instant;
 use datafusion::arrow::array::{RecordBatch, StringArray, TimestampNanosecondArray};
 use datafusion::arrow::compute::concat_batches;
 
-use crate::convert::SpanBatches;
+use crate::arrow_rows::SpanBatches;
 use crate::error::Result;
 use crate::resources::BufferResources;
 use crate::schema;
@@ -199,7 +199,7 @@ impl MemTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::spans_to_batches;
+    use crate::arrow_rows::spans_to_batches;
     use crate::testutil::span;
 
     fn push(m: &mut MemTable, from: u64, n: u64) {

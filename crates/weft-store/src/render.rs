@@ -185,7 +185,7 @@ pub fn first_column_strings(batches: &[RecordBatch]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::spans_to_batches;
+    use crate::arrow_rows::spans_to_batches;
 
     #[test]
     fn spans_render_in_every_format() {

@@ -710,7 +710,7 @@ mod tests {
         let batch = |rs: &[&Arc<Resource>]| {
             let spans: Vec<Span> =
                 rs.iter().map(|r| Span { resource: Arc::clone(r), ..Span::default() }).collect();
-            crate::convert::spans_to_batches(&spans).unwrap().logical_spans().unwrap()
+            crate::arrow_rows::spans_to_batches(&spans).unwrap().logical_spans().unwrap()
         };
         let b1 = batch(&[&a, &a, &b, &a_again, &b]);
         let b2 = batch(&[&a_again, &b]);

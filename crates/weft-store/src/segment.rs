@@ -45,8 +45,8 @@ use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties,
 use datafusion::parquet::schema::types::ColumnPath;
 use weft_model::TraceId;
 
+use crate::arrow_rows::filter_trace;
 use crate::attrs::Text;
-use crate::convert::filter_trace;
 use crate::error::{Result, StoreError, io_err};
 use crate::manifest::{FileMeta, SegmentMeta};
 use crate::resources::{self, ResourceLookup};

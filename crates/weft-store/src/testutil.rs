@@ -7,7 +7,7 @@ use weft_model::{
     TraceId, Value,
 };
 
-use crate::convert::attrs;
+use crate::arrow_rows::attrs;
 
 /// A span exercising every field (trace = i / 4, root every 4th).
 pub(crate) fn span(i: u64) -> Span {

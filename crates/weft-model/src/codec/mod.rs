@@ -8,7 +8,7 @@
 //! | [`jaeger`] | Jaeger JSON (UI upload, API v1) | yes | yes |
 //! | [`chrome`] | Chrome Trace Event JSON (Perfetto, chrome://tracing) | — | yes |
 //!
-//! [`stream`] reads and writes files of any size in bounded memory; [`convert`] converts a
+//! [`stream`] reads and writes files of any size in bounded memory; [`transcode`] converts a
 //! whole input between two formats on top of it (what `weft convert` runs).
 //!
 //! Every decoder returns a [`CodecError`] that names the format, the position (byte offset
@@ -17,7 +17,6 @@
 //! fails the call) and a lenient form that skips bad spans and counts them in [`Rejected`].
 
 pub mod chrome;
-pub mod convert;
 mod error;
 #[cfg(test)]
 mod fixture;
@@ -26,6 +25,7 @@ pub(crate) mod jsonscan;
 pub(crate) mod jsonw;
 pub mod otlp;
 pub mod stream;
+pub mod transcode;
 pub mod zipkin;
 
 pub use error::{CodecError, ErrorDetails, ErrorKind, Position, Rejected};

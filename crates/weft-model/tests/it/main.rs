@@ -3,10 +3,10 @@
 //! SDK, the official protobuf classes, py_zipkin), bad input.
 
 mod chrome;
-mod convert;
 mod jaeger;
 mod otlp;
 mod peers;
 mod strategies;
 mod stream;
+mod transcode;
 mod zipkin;

@@ -1,6 +1,6 @@
 //! `weft convert`: converts a trace file between formats, streaming (bounded memory), with a
 //! progress bar on large inputs and a closing summary. The conversion itself is
-//! `weft_model::codec::convert`; this module opens files, picks formats and reports.
+//! `weft_model::codec::transcode`; this module opens files, picks formats and reports.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use weft_model::codec::convert::{ConvertOptions, ConvertReport, convert, resolve_input};
 use weft_model::codec::stream::{Format, WriterOptions};
+use weft_model::codec::transcode::{ConvertOptions, ConvertReport, convert, resolve_input};
 use weft_model::codec::{CodecError, ErrorKind};
 
 /// Arguments of `weft convert`.

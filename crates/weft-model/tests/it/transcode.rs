@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use weft_model::codec::convert::{ConvertOptions, ConvertReport, convert, resolve_input};
 use weft_model::codec::stream::Format;
+use weft_model::codec::transcode::{ConvertOptions, ConvertReport, convert, resolve_input};
 use weft_model::codec::{CodecError, ErrorKind, Position, Rejected, otlp, zipkin};
 use weft_synth::sample;
 

@@ -1,0 +1,62 @@
+//! How a store is opened: [`StoreConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::segment::WriteOptions;
+use crate::wal::FsyncPolicy;
+
+/// Store configuration.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// The data directory (created if missing).
+    pub dir: PathBuf,
+    /// When the WAL is fsynced.
+    pub fsync: FsyncPolicy,
+    /// Buffer size (Arrow bytes) that triggers a flush.
+    pub flush_bytes: usize,
+    /// Oldest unflushed data before a flush.
+    pub flush_interval: Duration,
+    /// Buffered bytes (active + frozen) past which appends fail with `Overloaded`.
+    pub max_buffer_bytes: usize,
+    /// Delete segments whose newest data is older than this.
+    pub retention_age: Option<Duration>,
+    /// Delete the oldest segments while all segments together exceed this many bytes.
+    pub retention_bytes: Option<u64>,
+    /// Segments smaller than this (Arrow bytes) are compaction candidates.
+    pub compaction_small_bytes: u64,
+    /// Compaction merges runs of at least this many small segments...
+    pub compaction_min_inputs: usize,
+    /// ...into segments of at most this many Arrow bytes.
+    pub compaction_target_bytes: u64,
+    /// How often the background thread applies retention and compaction.
+    pub maintenance_interval: Duration,
+    /// Parquet writing options.
+    pub write: WriteOptions,
+    /// Memory DataFusion may use per query before spilling or failing.
+    pub query_memory_bytes: usize,
+    /// Open without writing anything: no lock, no WAL truncation, no flushes; appends fail.
+    pub read_only: bool,
+}
+
+impl StoreConfig {
+    /// Defaults for a data directory.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            dir: dir.into(),
+            fsync: FsyncPolicy::Interval(Duration::from_millis(100)),
+            flush_bytes: 64 << 20,
+            flush_interval: Duration::from_secs(60),
+            max_buffer_bytes: 256 << 20,
+            retention_age: None,
+            retention_bytes: None,
+            compaction_small_bytes: 16 << 20,
+            compaction_min_inputs: 4,
+            compaction_target_bytes: 64 << 20,
+            maintenance_interval: Duration::from_secs(10),
+            write: WriteOptions::default(),
+            query_memory_bytes: 1 << 30,
+            read_only: false,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The store's engine behind [`crate::Store`]: the shared state (active and frozen buffers,
+//! live segments, manifest), the background threads and the jobs they run.
+//!
+//! * [`open`] — locking the directory, dropping leftovers, replaying the WAL;
+//! * [`write`] — the acknowledged write path: WAL append, buffer, freezing;
+//! * [`flush`] — frozen buffers become segments;
+//! * [`retention`] — segments deleted by age and total size;
+//! * [`compact`] — runs of small segments merged into larger ones.
+//!
+//! Flushes, retention and compaction each publish a new manifest; they are serialized by
+//! [`Inner::maint`].
+
+mod compact;
+mod flush;
+mod open;
+mod retention;
+mod write;
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use datafusion::execution::runtime_env::RuntimeEnv;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+pub(crate) use write::with_payload_buffer;
+
+use crate::config::StoreConfig;
+use crate::error::Result;
+use crate::manifest::{self, Manifest, SegmentMeta};
+use crate::memtable::MemTable;
+use crate::metrics::Metrics;
+use crate::segment::Segment;
+use crate::wal::{FsyncPolicy, WalSync, WalWriter};
+
+/// A buffer that takes no more rows, waiting for its flush.
+pub(crate) struct Frozen {
+    pub(crate) mem: Arc<MemTable>,
+    /// Every WAL file up to this id is contained in `mem` (or earlier segments).
+    pub(crate) wal_upto: u64,
+}
+
+/// Buffers and live segments.
+pub(crate) struct State {
+    pub(crate) active: MemTable,
+    /// WAL file the active buffer appends to.
+    pub(crate) active_wal: u64,
+    pub(crate) frozen: VecDeque<Frozen>,
+    pub(crate) segments: Vec<Arc<Segment>>,
+}
+
+impl State {
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        self.active.bytes + self.frozen.iter().map(|f| f.mem.bytes).sum::<usize>()
+    }
+}
+
+/// What every [`crate::Store`] handle and background thread shares.
+pub(crate) struct Inner {
+    pub(crate) cfg: StoreConfig,
+    pub(crate) dir: PathBuf,
+    pub(crate) wal_dir: PathBuf,
+    pub(crate) seg_dir: PathBuf,
+    pub(crate) wal: Mutex<Option<WalWriter>>,
+    pub(crate) sync: WalSync,
+    pub(crate) state: RwLock<State>,
+    pub(crate) manifest: Mutex<Manifest>,
+    /// Serializes flushes, compactions and retention (manifest writers).
+    pub(crate) maint: Mutex<()>,
+    pub(crate) metrics: Metrics,
+    pub(crate) poisoned: Mutex<Option<String>>,
+    pub(crate) shutdown: AtomicBool,
+    pub(crate) wake: (Mutex<bool>, Condvar),
+    pub(crate) runtime: Arc<RuntimeEnv>,
+    pub(crate) _lock: Option<File>,
+}
+
+/// The background threads (flush and maintenance; the WAL syncer under
+/// [`FsyncPolicy::Interval`]); they stop when this is dropped.
+pub(crate) struct Background {
+    inner: Arc<Inner>,
+    handles: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Background {
+    /// No threads yet for `inner`.
+    pub(crate) fn new(inner: Arc<Inner>) -> Background {
+        Background { inner, handles: Mutex::new(Vec::new()) }
+    }
+
+    /// Starts the threads.
+    pub(crate) fn start(&self) {
+        let mut threads = self.handles.lock();
+        let inner = self.inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("weft-store-flush".into())
+                .spawn(move || inner.background())
+                .unwrap_or_else(|e| panic!("cannot start the store's background thread: {e}")),
+        );
+        if let FsyncPolicy::Interval(period) = self.inner.cfg.fsync {
+            let inner = self.inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("weft-store-fsync".into())
+                    .spawn(move || inner.syncer(period))
+                    .unwrap_or_else(|e| panic!("cannot start the store's fsync thread: {e}")),
+            );
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        self.inner.wake_background();
+        for t in self.handles.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Inner {
+    pub(crate) fn wake_background(&self) {
+        let (m, cv) = &self.wake;
+        *m.lock() = true;
+        cv.notify_all();
+    }
+
+    /// Publishes a manifest without `remove` and with `add`, and swaps the live segments.
+    fn replace_segments(&self, remove: &[u64], add: Option<(SegmentMeta, Arc<Segment>)>) -> Result<()> {
+        {
+            let mut m = self.manifest.lock();
+            let mut next_m = m.clone();
+            next_m.segments.retain(|s| !remove.contains(&s.id));
+            if let Some((meta, _)) = &add {
+                next_m.segments.push(meta.clone());
+                next_m.segments.sort_by_key(|s| s.id);
+                next_m.next_segment_id = next_m.next_segment_id.max(meta.id + 1);
+            }
+            manifest::store(&self.dir, &next_m)?;
+            *m = next_m;
+        }
+        let mut st = self.state.write();
+        let mut kept = Vec::with_capacity(st.segments.len());
+        for s in st.segments.drain(..) {
+            if remove.contains(&s.meta.id) {
+                s.retire();
+            } else {
+                kept.push(s);
+            }
+        }
+        if let Some((_, seg)) = add {
+            kept.push(seg);
+            kept.sort_by_key(|s| s.meta.id);
+        }
+        st.segments = kept;
+        Ok(())
+    }
+
+    fn background(&self) {
+        let mut last_maint = Instant::now();
+        let mut backoff = Duration::from_millis(0);
+        loop {
+            {
+                let (m, cv) = &self.wake;
+                let mut woken = m.lock();
+                if !*woken {
+                    cv.wait_for(&mut woken, Duration::from_millis(500).max(backoff));
+                }
+                *woken = false;
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let old = {
+                let st = self.state.read();
+                st.active.first_append.is_some_and(|t| t.elapsed() >= self.cfg.flush_interval)
+            };
+            if old && let Err(e) = self.freeze() {
+                tracing::error!(error = %e, "freezing the buffer failed");
+            }
+            match self.flush_frozen() {
+                Ok(()) => backoff = Duration::ZERO,
+                Err(e) => {
+                    self.metrics.flush_errors.fetch_add(1, Ordering::Relaxed);
+                    backoff = (backoff * 2).clamp(Duration::from_millis(500), Duration::from_secs(30));
+                    tracing::error!(error = %e, retry_in_ms = backoff.as_millis() as u64, "flush failed; will retry");
+                }
+            }
+            if last_maint.elapsed() >= self.cfg.maintenance_interval {
+                last_maint = Instant::now();
+                if let Err(e) = self.retention(weft_model::time::now_unix_nanos()) {
+                    tracing::error!(error = %e, "retention failed");
+                }
+                match self.compact_once() {
+                    Ok(true) => self.wake_background(),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(error = %e, "compaction failed"),
+                }
+            }
+        }
+    }
+
+    fn syncer(&self, period: Duration) {
+        while !self.shutdown.load(Ordering::Acquire) {
+            std::thread::sleep(period);
+            let f = match self.wal.lock().as_ref() {
+                Some(w) => w.current().clone(),
+                None => return,
+            };
+            if let Err(e) = self.sync.sync_current(&f) {
+                self.poison(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The acknowledged write path: a WAL append (fsynced under [`FsyncPolicy::Always`]), the
+//! rows joining the active buffer, and freezing it when it is full.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{Frozen, Inner, State};
+use crate::error::{Result, StoreError};
+use crate::memtable::MemTable;
+use crate::wal::{FsyncPolicy, WalWriter};
+
+/// A WAL payload buffer kept by each appending thread up to this capacity, so that appends
+/// reuse warm memory instead of allocating (and faulting in) a fresh buffer per request.
+const KEEP_PAYLOAD_BYTES: usize = 8 << 20;
+
+thread_local! {
+    static PAYLOAD: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's cleared payload buffer, reserved for `capacity` bytes.
+pub(crate) fn with_payload_buffer<R>(capacity: usize, f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    PAYLOAD.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            buf.reserve(capacity);
+            let r = f(&mut buf);
+            if buf.capacity() > KEEP_PAYLOAD_BYTES {
+                *buf = Vec::new();
+            }
+            r
+        }
+        // Re-entered on this thread (cannot happen today): use a buffer of its own.
+        Err(_) => f(&mut Vec::with_capacity(capacity)),
+    })
+}
+
+impl Inner {
+    pub(crate) fn check_writable(&self, spans: u64) -> Result<()> {
+        if self.cfg.read_only {
+            return Err(StoreError::ReadOnly);
+        }
+        if let Some(p) = self.poisoned.lock().as_ref() {
+            return Err(StoreError::Poisoned(p.clone()));
+        }
+        let buffered = self.state.read().buffered_bytes();
+        if buffered >= self.cfg.max_buffer_bytes {
+            self.metrics.appends_overloaded.fetch_add(1, Ordering::Relaxed);
+            self.metrics.spans_overloaded.fetch_add(spans, Ordering::Relaxed);
+            self.wake_background();
+            return Err(StoreError::Overloaded {
+                buffered_bytes: buffered,
+                limit_bytes: self.cfg.max_buffer_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poison(&self, e: StoreError) -> StoreError {
+        let msg = e.to_string();
+        tracing::error!(error = %msg, "WAL write failed; the store refuses further writes");
+        *self.poisoned.lock() = Some(msg);
+        e
+    }
+
+    pub(crate) fn commit(
+        &self,
+        payload: &[u8],
+        push: impl FnOnce(&mut MemTable) -> Result<()>,
+    ) -> Result<()> {
+        let (file, end, freeze) = {
+            let mut wal = self.wal.lock();
+            let w = wal.as_mut().ok_or(StoreError::ReadOnly)?;
+            let (file, end) = w.append(payload).map_err(|e| self.poison(e))?;
+            let mut st = self.state.write();
+            push(&mut st.active)?;
+            let freeze = st.active.bytes >= self.cfg.flush_bytes;
+            if freeze {
+                self.freeze_locked(w, &mut st).map_err(|e| self.poison(e))?;
+            }
+            (file, end, freeze)
+        };
+        if freeze {
+            self.wake_background();
+        }
+        if self.cfg.fsync == FsyncPolicy::Always {
+            self.sync.sync_to(&file, end).map_err(|e| self.poison(e))?;
+        }
+        self.metrics.appends.fetch_add(1, Ordering::Relaxed);
+        self.metrics.wal_bytes_written.fetch_add(payload.len() as u64 + 8, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) fn freeze_locked(&self, w: &mut WalWriter, st: &mut State) -> Result<()> {
+        if st.active.is_empty() {
+            return Ok(());
+        }
+        let next = st.active_wal + 1;
+        w.rotate(next, self.cfg.fsync, &self.sync)?;
+        let mem = std::mem::take(&mut st.active);
+        st.frozen.push_back(Frozen { mem: Arc::new(mem), wal_upto: st.active_wal });
+        st.active_wal = next;
+        Ok(())
+    }
+
+    pub(crate) fn freeze(&self) -> Result<()> {
+        let mut wal = self.wal.lock();
+        let Some(w) = wal.as_mut() else { return Ok(()) };
+        let mut st = self.state.write();
+        self.freeze_locked(w, &mut st)
+    }
+}

@@ -1,0 +1,57 @@
+//! What a store reports about itself: counters ([`Metrics`]) and sizes ([`StoreStats`]).
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters (monotonic since open).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Spans appended (acknowledged).
+    pub spans_appended: AtomicU64,
+    /// Raw events appended.
+    pub events_appended: AtomicU64,
+    /// Append calls acknowledged.
+    pub appends: AtomicU64,
+    /// Bytes written to the WAL.
+    pub wal_bytes_written: AtomicU64,
+    /// Appends refused because the buffer was full.
+    pub appends_overloaded: AtomicU64,
+    /// Spans in appends refused because the buffer was full.
+    pub spans_overloaded: AtomicU64,
+    /// Segments written by flushes.
+    pub flushes: AtomicU64,
+    /// Flushes that failed (retried later).
+    pub flush_errors: AtomicU64,
+    /// Compactions done.
+    pub compactions: AtomicU64,
+    /// Segments deleted by age retention.
+    pub retired_by_age: AtomicU64,
+    /// Segments deleted by size retention.
+    pub retired_by_size: AtomicU64,
+    /// WAL records replayed on open.
+    pub wal_records_replayed: AtomicU64,
+    /// Torn or corrupt WAL records found (and cut) on open.
+    pub wal_records_torn: AtomicU64,
+}
+
+/// A point-in-time view of the store's size.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StoreStats {
+    /// Live segments.
+    pub segments: usize,
+    /// Bytes of all segment files.
+    pub segment_bytes: u64,
+    /// Span rows in segments.
+    pub segment_spans: u64,
+    /// Raw event rows in segments.
+    pub segment_events: u64,
+    /// Buffered (unflushed) bytes, active + frozen.
+    pub buffer_bytes: usize,
+    /// Buffered span rows.
+    pub buffer_spans: u64,
+    /// Frozen buffers waiting for their flush.
+    pub frozen_buffers: usize,
+    /// Bytes of live WAL files.
+    pub wal_bytes: u64,
+    /// Memory held by the trace-id bloom filters.
+    pub bloom_bytes: usize,
+}

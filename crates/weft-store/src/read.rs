@@ -1,0 +1,208 @@
+//! Reads: a trace by id, SQL over a snapshot of segments and buffers, the service and
+//! operation lists, and spans of a time window one trace at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use futures::StreamExt;
+use weft_model::{Span, SpanKind, TraceId};
+
+use crate::error::{Result, StoreError};
+use crate::query::{Snapshot, SnapshotTable};
+use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, memtable, resources, schema};
+
+/// Result of a SQL query.
+#[derive(Debug, Clone)]
+pub struct SqlResult {
+    /// Output schema.
+    pub schema: SchemaRef,
+    /// Output rows.
+    pub batches: Vec<RecordBatch>,
+    /// True when rows past the caller's row limit were cut.
+    pub truncated: bool,
+}
+
+impl Store {
+    fn snapshot(&self) -> Result<Arc<Snapshot>> {
+        let st = self.inner.state.read();
+        let mut memory: [Vec<RecordBatch>; 4] = Default::default();
+        let mut memory_resources = Vec::with_capacity(st.frozen.len() + 1);
+        for f in &st.frozen {
+            for (t, m) in memory.iter_mut().enumerate() {
+                m.extend(f.mem.tables[t].iter().cloned());
+            }
+            memory_resources.push((u64::from(f.mem.resources.id()), f.mem.resources.batch()?));
+        }
+        let active = st.active.snapshot();
+        for (t, m) in memory.iter_mut().enumerate() {
+            m.extend(active[t].iter().cloned());
+        }
+        memory_resources.push((u64::from(st.active.resources.id()), st.active.resources.batch()?));
+        Ok(Arc::new(Snapshot { segments: st.segments.clone(), memory, memory_resources }))
+    }
+
+    /// All spans of a trace, ordered by start time (empty when unknown).
+    pub fn trace(&self, id: TraceId) -> Result<Vec<Span>> {
+        let snap = self.snapshot()?;
+        let mut parts: [Vec<RecordBatch>; 3] = Default::default();
+        for seg in &snap.segments {
+            if let Some(found) = seg.read_trace(&id)? {
+                for (p, f) in parts.iter_mut().zip(found) {
+                    p.extend(f);
+                }
+            }
+        }
+        for (t, p) in parts.iter_mut().enumerate() {
+            let mut found = Vec::new();
+            for b in &snap.memory[t] {
+                if let Some(f) = arrow_rows::filter_trace(b, &id)? {
+                    found.push(f);
+                }
+            }
+            if t == memtable::T_SPANS && !found.is_empty() {
+                // Buffered spans name their resources; put the columns back.
+                let lookup =
+                    resources::ResourceLookup::new(snap.memory_resources.iter().map(|(i, b)| (*i, b)))?;
+                found = resources::expand_all(found, &lookup)?;
+            }
+            p.extend(found);
+        }
+        let mut spans = batches_to_spans(&parts[0], &parts[1], &parts[2])?;
+        spans.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(a.span_id.cmp(&b.span_id)));
+        Ok(spans)
+    }
+
+    /// A DataFusion session over a fresh snapshot: tables `spans`, `span_events`,
+    /// `span_links`, `events`. The snapshot (and the segment files it names) lives as long as
+    /// the context.
+    pub fn session(&self) -> Result<SessionContext> {
+        let snap = self.snapshot()?;
+        let config = SessionConfig::new()
+            .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
+            .with_information_schema(true);
+        let ctx = SessionContext::new_with_config_rt(config, self.inner.runtime.clone());
+        for (t, name) in schema::TABLE_NAMES.iter().enumerate() {
+            let table = SnapshotTable { snapshot: snap.clone(), table: t, schema: schema::schema_of(t) };
+            ctx.register_table(*name, Arc::new(table))?;
+        }
+        Ok(ctx)
+    }
+
+    /// Runs one read-only SQL statement (no DDL, DML or `SET`); at most `max_rows` rows are
+    /// returned (`truncated` says whether more existed).
+    pub async fn sql(&self, sql: &str, max_rows: usize) -> Result<SqlResult> {
+        let ctx = self.session()?;
+        let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+        let df = ctx.sql_with_options(sql, opts).await.map_err(|e| StoreError::Query(e.to_string()))?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let mut stream = df.execute_stream().await.map_err(|e| StoreError::Query(e.to_string()))?;
+        let mut batches = Vec::new();
+        let mut rows = 0usize;
+        let mut truncated = false;
+        while let Some(b) = stream.next().await {
+            let b = b.map_err(|e| StoreError::Query(e.to_string()))?;
+            if rows + b.num_rows() > max_rows {
+                let keep = max_rows - rows;
+                if keep > 0 {
+                    batches.push(b.slice(0, keep));
+                }
+                truncated = true;
+                break;
+            }
+            rows += b.num_rows();
+            batches.push(b);
+        }
+        Ok(SqlResult { schema, batches, truncated })
+    }
+
+    /// Distinct (service, span name, kind) triples, sorted. Served from per-segment lists in
+    /// the manifest and the buffers; falls back to SQL when a list was too long to keep.
+    pub async fn operations_all(&self) -> Result<Vec<(String, String, String)>> {
+        let (mut set, complete) = {
+            let st = self.inner.state.read();
+            let mut set: BTreeSet<(String, String, String)> = BTreeSet::new();
+            let mut complete = st.active.operations_complete;
+            set.extend(st.active.operations_sorted());
+            for f in &st.frozen {
+                complete &= f.mem.operations_complete;
+                set.extend(f.mem.operations_sorted());
+            }
+            for s in &st.segments {
+                complete &= s.meta.operations_complete;
+                set.extend(s.meta.operations.iter().cloned());
+            }
+            (set, complete)
+        };
+        if !complete {
+            let r = self.sql("SELECT DISTINCT service_name, name, kind FROM spans", 1_000_000).await?;
+            for b in &r.batches {
+                let col = |i: usize| b.column(i).as_any().downcast_ref::<StringArray>().cloned();
+                let (Some(a), Some(n), Some(k)) = (col(0), col(1), col(2)) else { continue };
+                for i in 0..b.num_rows() {
+                    set.insert((a.value(i).to_owned(), n.value(i).to_owned(), k.value(i).to_owned()));
+                }
+            }
+        }
+        Ok(std::mem::take(&mut set).into_iter().collect())
+    }
+
+    /// Service names, sorted.
+    pub async fn services(&self) -> Result<Vec<String>> {
+        let ops = self.operations_all().await?;
+        let set: BTreeSet<String> = ops.into_iter().map(|o| o.0).collect();
+        Ok(set.into_iter().collect())
+    }
+
+    /// (span name, kind) of a service (all services when `None`), sorted.
+    pub async fn operations(&self, service: Option<&str>) -> Result<Vec<(String, SpanKind)>> {
+        let ops = self.operations_all().await?;
+        let mut m: BTreeMap<(String, &'static str), SpanKind> = BTreeMap::new();
+        for (s, n, k) in ops {
+            if service.is_none_or(|want| want == s) {
+                let kind = SpanKind::parse(&k).unwrap_or_default();
+                m.insert((n, kind.as_str()), kind);
+            }
+        }
+        Ok(m.into_iter().map(|((n, _), k)| (n, k)).collect())
+    }
+
+    /// Spans (without events and links) that started in `[from_ns, to_ns]`, delivered one
+    /// trace at a time (`f` gets all of a trace's spans in the window). Memory stays bounded by
+    /// DataFusion's sort (which spills).
+    pub async fn for_each_trace_in_window(
+        &self,
+        from_ns: u64,
+        to_ns: u64,
+        mut f: impl FnMut(&[Span]) + Send,
+    ) -> Result<u64> {
+        let sql = format!(
+            "SELECT * FROM spans WHERE start_time >= to_timestamp_nanos({}) AND start_time <= to_timestamp_nanos({}) ORDER BY trace_id",
+            from_ns.min(i64::MAX as u64),
+            to_ns.min(i64::MAX as u64)
+        );
+        let ctx = self.session()?;
+        let df = ctx.sql(&sql).await.map_err(|e| StoreError::Query(e.to_string()))?;
+        let mut stream = df.execute_stream().await.map_err(|e| StoreError::Query(e.to_string()))?;
+        let mut pending: Vec<Span> = Vec::new();
+        let mut traces = 0u64;
+        while let Some(b) = stream.next().await {
+            let b = b.map_err(|e| StoreError::Query(e.to_string()))?;
+            for s in batches_to_spans(std::slice::from_ref(&b), &[], &[])? {
+                if pending.last().is_some_and(|p| p.trace_id != s.trace_id) {
+                    f(&pending);
+                    traces += 1;
+                    pending.clear();
+                }
+                pending.push(s);
+            }
+        }
+        if !pending.is_empty() {
+            f(&pending);
+            traces += 1;
+        }
+        Ok(traces)
+    }
+}
