@@ -7,19 +7,10 @@
 use libfuzzer_sys::fuzz_target;
 use weft_sources::symbols::{LoadOptions, SymbolFormat, SymbolTable};
 
-const FORMATS: [SymbolFormat; 6] = [
-    SymbolFormat::Auto,
-    SymbolFormat::ObjdumpSyms,
-    SymbolFormat::ObjdumpDisasm,
-    SymbolFormat::Readelf,
-    SymbolFormat::Nm,
-    SymbolFormat::Elf,
-];
-
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, body)) = data.split_first() else { return };
     let opts = LoadOptions {
-        format: FORMATS[pick as usize % FORMATS.len()],
+        format: SymbolFormat::ALL[pick as usize % SymbolFormat::ALL.len()],
         offset: u64::from(pick >> 3) << 40,
         section: (pick & 0x80 != 0).then(|| ".text".to_owned()),
     };

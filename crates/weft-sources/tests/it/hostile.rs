@@ -32,15 +32,6 @@ const CTF_TEXT: [&str; 2] = [
 "#,
 ];
 
-const SYMBOL_FORMATS: [SymbolFormat; 6] = [
-    SymbolFormat::Auto,
-    SymbolFormat::ObjdumpSyms,
-    SymbolFormat::ObjdumpDisasm,
-    SymbolFormat::Readelf,
-    SymbolFormat::Nm,
-    SymbolFormat::Elf,
-];
-
 /// Text made of the tokens symbol tables, format files and QEMU logs are made of.
 fn tokens() -> impl Strategy<Value = String> {
     let token = prop_oneof![
@@ -88,7 +79,7 @@ fn decode_all(md: &str, bytes: Vec<u8>) {
 
 fn symbols(bytes: &[u8], pick: u8) {
     let opts = LoadOptions {
-        format: SYMBOL_FORMATS[pick as usize % SYMBOL_FORMATS.len()],
+        format: SymbolFormat::ALL[pick as usize % SymbolFormat::ALL.len()],
         offset: u64::from(pick) << 56,
         section: (pick & 0x80 != 0).then(|| ".text".to_owned()),
     };

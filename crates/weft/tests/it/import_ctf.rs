@@ -26,6 +26,19 @@ fn query(dir: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
 
 /// LTTng-UST apps often have payload fields called `name` (or `pid`, `cpu`): they stay payload,
 /// next to the event's own name and ids, in the events file and in the store.
+/// `weft import ctf TRACE --events-to EVENTS --data-dir DATA` → its output.
+fn import_to_files(trace: &Path, events: &Path, data: &Path) -> String {
+    ok(weft()
+        .args(["import", "ctf"])
+        .arg(trace)
+        .arg("--events-to")
+        .arg(events)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap())
+}
+
 #[test]
 fn payload_fields_called_name_keep_the_event_name_apart() {
     let tmp = tempfile::tempdir().unwrap();
@@ -52,15 +65,7 @@ fn payload_fields_called_name_keep_the_event_name_apart() {
     }
     std::fs::write(trace.join("ch_0"), &stream).unwrap();
     let (events, data) = (tmp.path().join("events.jsonl"), tmp.path().join("data"));
-    ok(weft()
-        .args(["import", "ctf"])
-        .arg(&trace)
-        .arg("--events-to")
-        .arg(&events)
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap());
+    import_to_files(&trace, &events, &data);
     let text = std::fs::read_to_string(&events).unwrap();
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 2, "{text}");
@@ -108,15 +113,7 @@ fn synthetic_trace_to_files_and_a_data_directory() {
     write_trace(&trace, &opts).unwrap();
     let data = tmp.path().join("data");
     let events = tmp.path().join("events.jsonl");
-    let out = ok(weft()
-        .args(["import", "ctf"])
-        .arg(&trace)
-        .arg("--events-to")
-        .arg(&events)
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap());
+    let out = import_to_files(&trace, &events, &data);
     assert!(out.contains("imported 20000 events from 1 trace(s), 3 stream file(s)"), "{out}");
     assert!(out.contains("weft_synth:small"), "{out}");
     assert!(out.contains("BlkKin: 0 events → 0 spans"), "{out}");
