@@ -1,8 +1,8 @@
 //! The CTF stream decoder: arbitrary bytes as a stream file of a fixed trace (the first byte
 //! picks one of three metadata: LTTng-UST-like with compact headers, big-endian with large
-//! headers, and one with unaligned bit fields, variants and sequences). Decoding, lenient
-//! and strict, and the conversion to weft events must never panic, never loop, and report
-//! every error at an offset inside the input.
+//! headers, and one with unaligned bit fields, variants, sequences and a text sequence).
+//! Decoding, lenient and strict, and the conversion to weft events must never panic, never
+//! loop, and report every error at an offset inside the input.
 #![no_main]
 
 use std::sync::{Arc, OnceLock};
@@ -20,7 +20,7 @@ const BITS: &str = r#"/* CTF 1.8 */
       packet.context := struct { uint32_t content_size; uint32_t packet_size; };
       event.header := struct { enum : uint8_t { a = 0 ... 2, b = 3 } id; variant <id> { struct { integer { size = 27; align = 1; map = clock.c.value; } t; } a; struct { uint32_t id; integer { size = 64; map = clock.c.value; } t; } b; } v; } align(8);
     };
-    event { name = "x"; id = 0; fields := struct { uint8_t n; string s; integer { size = 5; align = 1; signed = 1; } bits[n]; floating_point { exp_dig = 11; mant_dig = 53; } d; }; };
+    event { name = "x"; id = 0; fields := struct { uint8_t n; string s; integer { size = 5; align = 1; signed = 1; } bits[n]; integer { size = 8; align = 8; signed = false; encoding = UTF8; } text[n]; floating_point { exp_dig = 11; mant_dig = 53; } d; }; };
     event { name = "y"; id = 1; fields := struct { enum : uint8_t { z = 0, w = 1 ... 255 } k; variant <k> { uint8_t z; string w; } q; struct { uint8_t m; uint32_t a[m]; } nest; }; };
 "#;
 

@@ -363,7 +363,7 @@ impl Event {
 
     /// Columbo's type name (`HostMmioR`, `NicDmaEx`, `NetworkEnqueue`, ...); kernel events
     /// use the tracepoint names (`sched_switch`, `sys_enter`, ...); generic tracepoints
-    /// return `"Tracepoint"` (their own name is in the payload).
+    /// return `"Tracepoint"` (their own name is [`Event::name`]).
     pub fn type_name(&self) -> &'static str {
         match &self.kind {
             EventKind::Sync(SyncEvent::SendSync) => "SimSendSync",
@@ -423,9 +423,74 @@ impl Event {
         }
     }
 
+    /// The event's name: a generic tracepoint's own (`provider:event`), else [`Event::type_name`].
+    pub fn name(&self) -> &str {
+        match &self.kind {
+            EventKind::Tracepoint(t) => &t.name,
+            _ => self.type_name(),
+        }
+    }
+
+    /// The CPU the event happened on, when known (kernel events, tracepoints).
+    pub fn cpu(&self) -> Option<u32> {
+        match &self.kind {
+            EventKind::Kernel(k) => Some(match k {
+                KernelEvent::SchedSwitch { cpu, .. }
+                | KernelEvent::SchedWakeup { cpu, .. }
+                | KernelEvent::SyscallEnter { cpu, .. }
+                | KernelEvent::SyscallExit { cpu, .. }
+                | KernelEvent::UprobeEntry { cpu, .. }
+                | KernelEvent::UprobeReturn { cpu, .. } => *cpu,
+            }),
+            EventKind::Tracepoint(t) => t.cpu,
+            _ => None,
+        }
+    }
+
+    /// The process and thread ids the event names, when it has them (a switch has two pairs
+    /// and names neither here; a wakeup names the task woken).
+    pub fn pid_tid(&self) -> (Option<u32>, Option<u32>) {
+        match &self.kind {
+            EventKind::Kernel(k) => match k {
+                KernelEvent::SchedSwitch { .. } => (None, None),
+                KernelEvent::SchedWakeup { pid, tid, .. }
+                | KernelEvent::SyscallEnter { pid, tid, .. }
+                | KernelEvent::SyscallExit { pid, tid, .. }
+                | KernelEvent::UprobeEntry { pid, tid, .. }
+                | KernelEvent::UprobeReturn { pid, tid, .. } => (Some(*pid), Some(*tid)),
+            },
+            EventKind::Tracepoint(t) => (t.pid, t.tid),
+            _ => (None, None),
+        }
+    }
+
+    /// The event as one JSON object (what `--events-to`/`--events-out` files hold, one per
+    /// line): `time_ns`, `raw_time`, `source`, `component`, `type`, `name`, `cpu`, `pid`, `tid`
+    /// (null when unknown) and `fields` ([`Event::fields`]), which never hide the others.
+    pub fn to_json(&self) -> serde_json::Value {
+        let fields: serde_json::Map<String, serde_json::Value> =
+            self.fields().iter().map(|kv| (kv.key.to_string(), kv.value.to_json())).collect();
+        let (pid, tid) = self.pid_tid();
+        serde_json::json!({
+            "time_ns": self.time_ns,
+            "raw_time": self.raw_time,
+            "source": self.source.0,
+            "component": self.component().map(|c| c.as_str()),
+            "type": self.type_name(),
+            "name": self.name(),
+            "cpu": self.cpu(),
+            "pid": pid,
+            "tid": tid,
+            "fields": fields,
+        })
+    }
+
     /// The event's payload as attributes — used for span events (every event a span groups
     /// becomes one), the store's `events` table and text dumps. Addresses, offsets and values
-    /// are integers; MACs and IPs are their usual text forms.
+    /// are integers; MACs and IPs are their usual text forms. A tracepoint's payload is its
+    /// fields alone: its name, CPU, pid and tid are the event's own ([`Event::name`],
+    /// [`Event::cpu`], [`Event::pid_tid`]), so a payload field called `name` or `pid` never
+    /// collides with them.
     pub fn fields(&self) -> Attributes {
         let mut a = Attributes::new();
         let u = |v: u64| Value::I64(v as i64);
@@ -619,19 +684,7 @@ impl Event {
                     a.push("ret", *ret);
                 }
             },
-            EventKind::Tracepoint(t) => {
-                a.push("name", t.name.as_ref());
-                if let Some(c) = t.cpu {
-                    a.push("cpu", u(c as u64));
-                }
-                if let Some(p) = t.pid {
-                    a.push("pid", u(p as u64));
-                }
-                if let Some(x) = t.tid {
-                    a.push("tid", u(x as u64));
-                }
-                a.0.extend(t.fields.iter().cloned());
-            }
+            EventKind::Tracepoint(t) => a.0.extend(t.fields.iter().cloned()),
         }
         a
     }
@@ -710,6 +763,50 @@ mod tests {
         assert_eq!(DeviceType::from_name("ns3::CosimNetDevice"), DeviceType::Cosim);
         assert_eq!(DeviceType::from_name("ns3::WifiNetDevice").name(), "WifiNetDevice");
         assert_eq!(fmt_mac(&[0xb0, 0x9a, 0xac, 0x67, 0x3c, 0x98]), "b0:9a:ac:67:3c:98");
+    }
+
+    #[test]
+    fn tracepoint_payload_never_hides_the_event_s_own_name_and_ids() {
+        let mut fields = Attributes::new();
+        for k in ["name", "type", "cpu", "pid", "tid", "time_ns"] {
+            fields.push(k, format!("payload {k}"));
+        }
+        let e = Event {
+            time_ns: 5,
+            raw_time: 6,
+            source: SourceId(1),
+            kind: EventKind::Tracepoint(TracepointEvent {
+                name: "app:request".into(),
+                cpu: Some(2),
+                pid: Some(300),
+                tid: Some(301),
+                fields,
+            }),
+        };
+        assert_eq!(
+            (e.name(), e.type_name(), e.cpu(), e.pid_tid()),
+            ("app:request", "Tracepoint", Some(2), (Some(300), Some(301)))
+        );
+        let f = e.fields();
+        assert_eq!(f.len(), 6, "the payload alone: {f:?}");
+        assert_eq!(f.get("name"), Some(&Value::from("payload name")));
+        let j = e.to_json();
+        assert_eq!((j["name"].as_str(), j["type"].as_str()), (Some("app:request"), Some("Tracepoint")));
+        assert_eq!(
+            (j["cpu"].as_u64(), j["pid"].as_u64(), j["tid"].as_u64()),
+            (Some(2), Some(300), Some(301))
+        );
+        assert_eq!((j["time_ns"].as_u64(), j["fields"]["name"].as_str()), (Some(5), Some("payload name")));
+        assert_eq!(j["fields"]["pid"], "payload pid");
+        // Kernel events: typed ids, and their fields are unchanged.
+        let k = Event {
+            time_ns: 1,
+            raw_time: 1,
+            source: SourceId(0),
+            kind: EventKind::Kernel(KernelEvent::SyscallExit { cpu: 1, pid: 2, tid: 3, nr: 0, ret: 0 }),
+        };
+        assert_eq!((k.name(), k.cpu(), k.pid_tid()), ("sys_exit", Some(1), (Some(2), Some(3))));
+        assert_eq!(k.fields().get("pid"), Some(&Value::I64(2)));
     }
 
     #[test]

@@ -50,6 +50,16 @@ pub enum SymbolFormat {
 }
 
 impl SymbolFormat {
+    /// Every format.
+    pub const ALL: [SymbolFormat; 6] = [
+        SymbolFormat::Auto,
+        SymbolFormat::ObjdumpSyms,
+        SymbolFormat::ObjdumpDisasm,
+        SymbolFormat::Readelf,
+        SymbolFormat::Nm,
+        SymbolFormat::Elf,
+    ];
+
     /// From a configuration name (`auto`, `objdump-syms`, `objdump-d`, `readelf`, `nm`,
     /// `kallsyms`, `elf`; Columbo's `kSyms`, `kS`, `kElf` are accepted too).
     pub fn parse(s: &str) -> Option<SymbolFormat> {

@@ -277,6 +277,7 @@ pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
     let mut source = UInt32Builder::with_capacity(n);
     let mut component = StringBuilder::with_capacity(n, n * 4);
     let mut ty = StringBuilder::with_capacity(n, n * 10);
+    let mut name = StringBuilder::with_capacity(n, n * 16);
     let mut cpu = UInt32Builder::with_capacity(n);
     let mut pid = UInt32Builder::with_capacity(n);
     let mut tid = UInt32Builder::with_capacity(n);
@@ -287,15 +288,12 @@ pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
         source.append_value(e.source.0);
         component.append_option(e.component().map(|c| c.as_str()));
         ty.append_value(e.type_name());
-        let f = e.fields();
-        let small = |k: &str| match f.get(k) {
-            Some(Value::I64(v)) => u32::try_from(*v).ok(),
-            _ => None,
-        };
-        cpu.append_option(small("cpu"));
-        pid.append_option(small("pid"));
-        tid.append_option(small("tid"));
-        fields.append(&f);
+        name.append_value(e.name());
+        cpu.append_option(e.cpu());
+        let (p, t) = e.pid_tid();
+        pid.append_option(p);
+        tid.append_option(t);
+        fields.append(&e.fields());
     }
     let (fields_map, fields_types) = fields.finish("events.fields")?;
     Ok(RecordBatch::try_new(
@@ -306,6 +304,7 @@ pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
             Arc::new(source.finish()),
             Arc::new(component.finish()),
             Arc::new(ty.finish()),
+            Arc::new(name.finish()),
             Arc::new(cpu.finish()),
             Arc::new(pid.finish()),
             Arc::new(tid.finish()),
@@ -313,6 +312,45 @@ pub fn events_to_batch(events: &[Event]) -> Result<RecordBatch> {
             Arc::new(fields_types),
         ],
     )?)
+}
+
+/// `events` rows as the current schema has them, whichever schema they were written with:
+/// rows of [`schema::events_schema_v1`] (before the `name` column) get their `name` — a
+/// tracepoint's was the first entry of its `fields`, which it leaves; any other event's is its
+/// type. Rows of the current schema pass unchanged.
+pub(crate) fn events_rows(b: RecordBatch) -> Result<RecordBatch> {
+    if b.schema().column_with_name("name").is_some() {
+        return Ok(b);
+    }
+    let c = Cols::new(&b, "events");
+    let ty = c.get::<StringArray>("type")?;
+    let (map, types) = (c.get::<MapArray>("fields")?, c.get::<StringArray>("field_types")?);
+    let n = b.num_rows();
+    let mut name = StringBuilder::with_capacity(n, n * 16);
+    let mut fields = AttrColumns::with_capacity(n);
+    for i in 0..n {
+        let mut f = read_attrs(map, types, i, "event field")?;
+        let t = str_at(ty, i);
+        match f.0.first() {
+            Some(kv) if t == "Tracepoint" && &*kv.key == "name" => {
+                name.append_value(kv.value.as_str().unwrap_or_default());
+                f.0.remove(0);
+            }
+            _ => name.append_value(t),
+        }
+        fields.append(&f);
+    }
+    let (fields_map, fields_types) = fields.finish("events.fields")?;
+    let mut cols: Vec<ArrayRef> = Vec::with_capacity(b.num_columns() + 1);
+    for f in schema::events_schema().fields() {
+        cols.push(match f.name().as_str() {
+            "name" => Arc::new(name.finish()),
+            "fields" => Arc::new(fields_map.clone()),
+            "field_types" => Arc::new(fields_types.clone()),
+            other => c.col(other)?.clone(),
+        });
+    }
+    Ok(RecordBatch::try_new(schema::events_schema(), cols)?)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -204,6 +204,10 @@ impl ResourceIds {
     /// each resource's first row.
     pub fn batch(&self, segment: u64, batches: &[&RecordBatch]) -> Result<RecordBatch> {
         let schema = schema::span_resources_schema();
+        if batches.is_empty() {
+            // No spans (segments of raw events only): no resources.
+            return Ok(RecordBatch::new_empty(schema));
+        }
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         columns.push(Arc::new(UInt64Array::from_iter_values(
             (0..self.first.len() as u64).map(|i| segment_ref(segment, i)),

@@ -135,10 +135,21 @@ pub const TABLES: &[TableDoc] = &[
                 "Utf8",
                 "event type (HostMmioW, NicDmaEx, NetworkEnqueue, sched_switch, Tracepoint, ...)",
             ),
-            c("cpu", "UInt32 NULL", "CPU, when the payload has a `cpu` field"),
-            c("pid", "UInt32 NULL", "process id, when the payload has a `pid` field"),
-            c("tid", "UInt32 NULL", "thread id, when the payload has a `tid` field"),
-            c("fields", ATTRS, "the payload (Event::fields()) as text: fields['addr']"),
+            c(
+                "name",
+                "Utf8 NULL",
+                "event name: a tracepoint's own (provider:event), else the type (NULL in segments \
+                 written before weft kept it apart, until compacted)",
+            ),
+            c("cpu", "UInt32 NULL", "CPU, when known"),
+            c("pid", "UInt32 NULL", "process id, when the event names one"),
+            c("tid", "UInt32 NULL", "thread id, when the event names one"),
+            c(
+                "fields",
+                ATTRS,
+                "the payload (Event::fields()) as text: fields['addr']; a payload field called \
+                 name, cpu, pid or tid never stands for the columns",
+            ),
             c("field_types", "Utf8", "type tags of fields"),
         ],
     },
@@ -305,21 +316,35 @@ pub fn span_links_schema() -> SchemaRef {
 /// Schema of `events`.
 pub fn events_schema() -> SchemaRef {
     static S: OnceLock<SchemaRef> = OnceLock::new();
-    S.get_or_init(|| {
-        Arc::new(Schema::new(vec![
-            Field::new("time", ts(), false),
-            Field::new("raw_time", DataType::UInt64, false),
-            Field::new("source", DataType::UInt32, false),
-            Field::new("component", DataType::Utf8, true),
-            Field::new("type", DataType::Utf8, false),
-            Field::new("cpu", DataType::UInt32, true),
-            Field::new("pid", DataType::UInt32, true),
-            Field::new("tid", DataType::UInt32, true),
-            Field::new("fields", map_type(), false),
-            Field::new("field_types", DataType::Utf8, false),
-        ]))
-    })
-    .clone()
+    S.get_or_init(|| events_layout(true)).clone()
+}
+
+/// Schema of `events` as written before the `name` column (WAL records of kind 2, older
+/// segment files): a tracepoint's name was then the first entry of its `fields`.
+pub fn events_schema_v1() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| events_layout(false)).clone()
+}
+
+fn events_layout(with_name: bool) -> SchemaRef {
+    let mut f = vec![
+        Field::new("time", ts(), false),
+        Field::new("raw_time", DataType::UInt64, false),
+        Field::new("source", DataType::UInt32, false),
+        Field::new("component", DataType::Utf8, true),
+        Field::new("type", DataType::Utf8, false),
+    ];
+    if with_name {
+        f.push(Field::new("name", DataType::Utf8, true));
+    }
+    f.extend([
+        Field::new("cpu", DataType::UInt32, true),
+        Field::new("pid", DataType::UInt32, true),
+        Field::new("tid", DataType::UInt32, true),
+        Field::new("fields", map_type(), false),
+        Field::new("field_types", DataType::Utf8, false),
+    ]);
+    Arc::new(Schema::new(f))
 }
 
 /// The schema of table number `i` in [`TABLE_NAMES`] order.

@@ -7,7 +7,9 @@
 //!
 //! * 3 = spans: spans (segment file layout, `resource_ref` = row of the next stream), their
 //!   distinct resources, span events, span links;
-//! * 2 = raw events: events;
+//! * 4 = raw events: events;
+//! * 2 = raw events as written before the `name` column (a tracepoint's name was then the first
+//!   entry of its fields). Still replayed (given their `name` then);
 //! * 1 = spans as written before the buffer kept resources apart: spans (every column of the
 //!   SQL table), span events, span links. Still replayed (the resources are split off then).
 //!
@@ -45,8 +47,9 @@ const FRAME_HEADER: usize = 8;
 pub(crate) const MAX_RECORD: usize = 1 << 30;
 
 const KIND_SPANS_V1: u8 = 1;
-const KIND_EVENTS: u8 = 2;
+const KIND_EVENTS_V1: u8 = 2;
 const KIND_SPANS: u8 = 3;
+const KIND_EVENTS: u8 = 4;
 
 /// When the WAL is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +183,10 @@ pub fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
             WalRecord::Spans(SpanBatches { spans, resources, events, links })
         }
         KIND_EVENTS => WalRecord::Events(ipc_decode(&mut rest, crate::schema::events_schema())?),
+        KIND_EVENTS_V1 => {
+            let old = ipc_decode(&mut rest, crate::schema::events_schema_v1())?;
+            WalRecord::Events(crate::arrow_rows::events_rows(old).map_err(|e| format!("events: {e}"))?)
+        }
         k => return Err(format!("unknown record kind {k}")),
     };
     if !rest.is_empty() {
@@ -518,6 +525,50 @@ mod tests {
         assert!(err.contains("resource_ref"), "{err}");
         let mut m = crate::memtable::MemTable::default();
         assert!(m.push_spans(bad).is_err());
+    }
+
+    /// Raw events written before the `name` column (kind 2: a tracepoint's name first in its
+    /// fields) replay with their name apart from a payload field called `name`.
+    #[test]
+    fn events_of_the_previous_format_replay() {
+        use weft_model::event::{EventKind, TracepointEvent};
+        use weft_model::{Attributes, Event, SourceId};
+        let tp = |fields: Attributes| Event {
+            time_ns: 1,
+            raw_time: 2,
+            source: SourceId(0),
+            kind: EventKind::Tracepoint(TracepointEvent {
+                name: "app:ev".into(),
+                cpu: Some(1),
+                pid: None,
+                tid: None,
+                fields,
+            }),
+        };
+        let mut payload = Attributes::new();
+        payload.push("name", "payload");
+        payload.push("n", 7i64);
+        let mut old_fields = Attributes::new();
+        old_fields.push("name", "app:ev");
+        old_fields.push("cpu", 1i64);
+        old_fields.0.extend(payload.0.iter().cloned());
+        // What the previous conversion stored: the name as the first field, no name column.
+        let old = crate::convert::events_to_batch(&[tp(old_fields)]).unwrap();
+        let v1 = old.project(&[0, 1, 2, 3, 4, 6, 7, 8, 9, 10]).unwrap();
+        assert_eq!(v1.schema(), crate::schema::events_schema_v1());
+        let mut p = vec![KIND_EVENTS_V1];
+        ipc_encode(&mut p, &v1).unwrap();
+        let WalRecord::Events(back) = decode_record(&p).unwrap() else { panic!("not events") };
+        let mut want_fields = Attributes::new();
+        want_fields.push("cpu", 1i64);
+        want_fields.0.extend(payload.0.iter().cloned());
+        assert_eq!(back, crate::convert::events_to_batch(&[tp(want_fields)]).unwrap());
+        // A current record keeps name and payload apart.
+        let cur = crate::convert::events_to_batch(&[tp(payload)]).unwrap();
+        let mut p = Vec::new();
+        encode_events(&cur, &mut p).unwrap();
+        let WalRecord::Events(again) = decode_record(&p).unwrap() else { panic!("not events") };
+        assert_eq!(again, cur);
     }
 
     #[test]

@@ -398,6 +398,27 @@ fn decode_array(
 ) -> Result<(), DErr> {
     let pos = align_up(c.pos, align);
     let remaining = c.end.saturating_sub(pos);
+    if text {
+        // Text is counted in bytes (its elements are byte-aligned 8-bit integers).
+        if len > remaining / 8 {
+            return Err(err(
+                prog,
+                n,
+                pos,
+                true,
+                format_args!(
+                    "text length {len} bytes exceeds the {} bytes left in the packet content",
+                    remaining / 8
+                ),
+            ));
+        }
+        let start = (pos >> 3) as usize;
+        let bytes = &c.buf[start..start + len as usize];
+        let l = memchr::memchr(0, bytes).unwrap_or(bytes.len());
+        c.pos = pos + len * 8;
+        out.push(Val::Str { off: start as u32, len: l as u32 });
+        return Ok(());
+    }
     if len > remaining {
         // Every element takes at least one bit (zero-size elements aside, which nobody uses).
         return Err(err(
@@ -407,14 +428,6 @@ fn decode_array(
             true,
             format_args!("length {len} exceeds the rest of the packet content"),
         ));
-    }
-    if text {
-        let start = (pos >> 3) as usize;
-        let bytes = &c.buf[start..start + len as usize];
-        let l = memchr::memchr(0, bytes).unwrap_or(bytes.len());
-        c.pos = pos + len * 8;
-        out.push(Val::Str { off: start as u32, len: l as u32 });
-        return Ok(());
     }
     c.pos = pos;
     out.push(Val::Len(len as u32));

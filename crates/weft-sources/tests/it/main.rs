@@ -1,7 +1,9 @@
-//! Integration tests of weft-sources: every fixture, property tests, the FIFO reader.
+//! Integration tests of weft-sources: every fixture, property tests, arbitrary bytes into every
+//! parser of untrusted files, the FIFO reader.
 
 mod ctf;
 mod fixtures;
+mod hostile;
 #[cfg(target_os = "linux")]
 mod perf;
 mod props;

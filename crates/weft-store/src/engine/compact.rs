@@ -50,7 +50,13 @@ impl Inner {
             for (t, path, _) in s.paths() {
                 let Some(ti) = schema::TABLE_NAMES.iter().position(|n| *n == t) else { continue };
                 let rows = segment::read_all(&path)?;
-                tables[ti].extend(if ti == memtable::T_SPANS { s.spans_rows(rows)? } else { rows });
+                tables[ti].extend(match ti {
+                    memtable::T_SPANS => s.spans_rows(rows)?,
+                    memtable::T_EVENTS => {
+                        rows.into_iter().map(crate::arrow_rows::events_rows).collect::<Result<_>>()?
+                    }
+                    _ => rows,
+                });
             }
             ops.extend(s.meta.operations.iter().cloned());
             complete &= s.meta.operations_complete;

@@ -84,3 +84,112 @@ fn retention_by_age_and_by_size() {
     assert!(store.segments().len() >= 2);
     assert!(store.trace(fresh[0].trace_id).unwrap().is_empty(), "the oldest went first");
 }
+
+/// Rewrites segment `file` without its `name` column, as weft wrote events before it had one,
+/// and fixes the file's size in the manifest.
+fn drop_name_column(dir: &std::path::Path, file: &str) {
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let path = dir.join("segments").join(file);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<_> = reader.map(Result::unwrap).collect();
+    let schema = batches[0].schema();
+    let keep: Vec<usize> = (0..schema.fields().len()).filter(|&i| schema.field(i).name() != "name").collect();
+    let old_schema = std::sync::Arc::new(schema.project(&keep).unwrap());
+    let mut w = ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), old_schema, None).unwrap();
+    for b in &batches {
+        w.write(&b.project(&keep).unwrap()).unwrap();
+    }
+    w.close().unwrap();
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    let manifest = dir.join("MANIFEST.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    for seg in m["segments"].as_array_mut().unwrap() {
+        for f in seg["files"].as_array_mut().unwrap() {
+            if f["file"] == file {
+                f["bytes"] = bytes.into();
+            }
+        }
+    }
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+}
+
+#[test]
+fn events_segments_written_before_the_name_column_are_read_and_compacted_with_it() {
+    use datafusion::arrow::array::{Array, StringArray};
+    use weft_model::event::{EventKind, TracepointEvent};
+    use weft_model::{Attributes, Event, SourceId};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(config(dir.path())).unwrap();
+    // Events as the previous conversion stored them: the event's name first in its fields.
+    let old_style = |i: u64, first: bool| {
+        let mut fields = Attributes::new();
+        if first {
+            fields.push("name", "app:login");
+        }
+        fields.push("name", format!("user{i}"));
+        Event {
+            time_ns: 1_000 + i,
+            raw_time: i,
+            source: SourceId(0),
+            kind: EventKind::Tracepoint(TracepointEvent {
+                name: "app:login".into(),
+                cpu: None,
+                pid: None,
+                tid: None,
+                fields,
+            }),
+        }
+    };
+    for part in [0..10u64, 10..20] {
+        store.append_events(&part.map(|i| old_style(i, true)).collect::<Vec<_>>()).unwrap();
+        store.flush().unwrap();
+    }
+    let files: Vec<String> = store
+        .segments()
+        .iter()
+        .flat_map(|s| s.files.iter().filter(|f| f.table == "events").map(|f| f.file.clone()))
+        .collect();
+    assert_eq!(files.len(), 2);
+    drop(store);
+    for f in &files {
+        drop_name_column(dir.path(), f);
+    }
+    let mut c = config(dir.path());
+    c.compaction_min_inputs = 2;
+    let store = Store::open(c).unwrap();
+    store.append_events(&(20..30).map(|i| old_style(i, false)).collect::<Vec<_>>()).unwrap();
+    let names = |store: &Store| -> Vec<(Option<String>, String)> {
+        let r = block(store.sql("SELECT name, fields['name'] FROM events ORDER BY time", 100)).unwrap();
+        let mut out = Vec::new();
+        for b in &r.batches {
+            let n = b.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+            let f = b.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+            for i in 0..b.num_rows() {
+                out.push((n.is_valid(i).then(|| n.value(i).to_owned()), f.value(i).to_owned()));
+            }
+        }
+        out
+    };
+    // Readable as they are (without a name until compacted), next to buffered events.
+    let got = names(&store);
+    assert_eq!(got.len(), 30);
+    assert!(got[..20].iter().all(|(n, _)| n.is_none()), "{got:?}");
+    assert_eq!(got[25], (Some("app:login".to_owned()), "user25".to_owned()));
+    // Compaction gives them their name, which leaves their fields.
+    assert!(store.compact().unwrap());
+    let got = names(&store);
+    let want: Vec<_> = (0..30).map(|i| (Some("app:login".to_owned()), format!("user{i}"))).collect();
+    assert_eq!(got, want);
+    let r = block(store.sql("SELECT max(cardinality(fields)) FROM events", 10)).unwrap();
+    let n = r.batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        .map(|a| a.value(0));
+    assert_eq!(n, Some(1));
+}

@@ -342,7 +342,7 @@ impl Importer<'_> {
             if let Some(f) = self.events_file.as_deref_mut() {
                 for e in events {
                     self.line.clear();
-                    serde_json::to_writer(&mut self.line, &event_json(e))?;
+                    serde_json::to_writer(&mut self.line, &e.to_json())?;
                     self.line.push(b'\n');
                     f.write_all(&self.line).context("writing events")?;
                 }
@@ -442,20 +442,6 @@ impl ServerSink {
             }
         }
     }
-}
-
-/// One event as a JSON object: times, source, component, type and every field.
-fn event_json(e: &Event) -> serde_json::Value {
-    let fields: serde_json::Map<String, serde_json::Value> =
-        e.fields().iter().map(|kv| (kv.key.to_string(), kv.value.to_json())).collect();
-    serde_json::json!({
-        "time_ns": e.time_ns,
-        "raw_time": e.raw_time,
-        "source": e.source.0,
-        "component": e.component().map(|c| c.as_str()),
-        "type": e.type_name(),
-        "fields": fields,
-    })
 }
 
 #[allow(clippy::too_many_arguments)]

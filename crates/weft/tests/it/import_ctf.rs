@@ -24,6 +24,81 @@ fn query(dir: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
     v["rows"].as_array().unwrap().iter().map(|r| r.as_array().unwrap().clone()).collect()
 }
 
+/// LTTng-UST apps often have payload fields called `name` (or `pid`, `cpu`): they stay payload,
+/// next to the event's own name and ids, in the events file and in the store.
+/// `weft import ctf TRACE --events-to EVENTS --data-dir DATA` → its output.
+fn import_to_files(trace: &Path, events: &Path, data: &Path) -> String {
+    ok(weft()
+        .args(["import", "ctf"])
+        .arg(trace)
+        .arg("--events-to")
+        .arg(events)
+        .arg("--data-dir")
+        .arg(data)
+        .output()
+        .unwrap())
+}
+
+#[test]
+fn payload_fields_called_name_keep_the_event_name_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    std::fs::create_dir_all(&trace).unwrap();
+    std::fs::write(
+        trace.join("metadata"),
+        r#"/* CTF 1.8 */
+        typealias integer { size = 8; align = 8; signed = false; } := uint8_t;
+        typealias integer { size = 32; align = 8; signed = false; } := uint32_t;
+        trace { major = 1; minor = 8; byte_order = le; };
+        stream { event.context := struct { integer { size = 32; align = 8; signed = true; } _vpid; }; };
+        event { name = "app:login"; fields := struct { string name; uint32_t pid; uint8_t cpu; }; };
+"#,
+    )
+    .unwrap();
+    let mut stream = Vec::new();
+    for (user, pid) in [("alice", 42u32), ("bob", 7)] {
+        stream.extend(1000u32.to_le_bytes());
+        stream.extend(user.as_bytes());
+        stream.push(0);
+        stream.extend(pid.to_le_bytes());
+        stream.push(3);
+    }
+    std::fs::write(trace.join("ch_0"), &stream).unwrap();
+    let (events, data) = (tmp.path().join("events.jsonl"), tmp.path().join("data"));
+    import_to_files(&trace, &events, &data);
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (l, (user, pid)) in lines.iter().zip([("alice", 42), ("bob", 7)]) {
+        assert_eq!(
+            (&l["type"], &l["name"], &l["pid"]),
+            (&"Tracepoint".into(), &"app:login".into(), &1000.into()),
+            "{l}"
+        );
+        assert_eq!(
+            (&l["fields"]["name"], &l["fields"]["pid"], &l["fields"]["cpu"]),
+            (&user.into(), &pid.into(), &3.into()),
+            "{l}"
+        );
+    }
+    let rows = query(
+        &data,
+        "SELECT name, fields['name'], pid, fields['pid'], cpu, fields['cpu'], cardinality(fields) FROM events ORDER BY fields['name']",
+    );
+    let want = |user: &str, pid: &str| -> Vec<serde_json::Value> {
+        vec![
+            "app:login".into(),
+            user.into(),
+            1000.into(),
+            pid.into(),
+            serde_json::Value::Null,
+            "3".into(),
+            4.into(),
+        ]
+    };
+    assert_eq!(rows, [want("alice", "42"), want("bob", "7")]);
+}
+
 #[test]
 fn synthetic_trace_to_files_and_a_data_directory() {
     let tmp = tempfile::tempdir().unwrap();
@@ -38,15 +113,7 @@ fn synthetic_trace_to_files_and_a_data_directory() {
     write_trace(&trace, &opts).unwrap();
     let data = tmp.path().join("data");
     let events = tmp.path().join("events.jsonl");
-    let out = ok(weft()
-        .args(["import", "ctf"])
-        .arg(&trace)
-        .arg("--events-to")
-        .arg(&events)
-        .arg("--data-dir")
-        .arg(&data)
-        .output()
-        .unwrap());
+    let out = import_to_files(&trace, &events, &data);
     assert!(out.contains("imported 20000 events from 1 trace(s), 3 stream file(s)"), "{out}");
     assert!(out.contains("weft_synth:small"), "{out}");
     assert!(out.contains("BlkKin: 0 events → 0 spans"), "{out}");
@@ -54,7 +121,7 @@ fn synthetic_trace_to_files_and_a_data_directory() {
     let text = std::fs::read_to_string(&events).unwrap();
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 20_000);
-    let mixed = lines.iter().find(|l| l["fields"]["name"] == "weft_synth:mixed").unwrap();
+    let mixed = lines.iter().find(|l| l["name"] == "weft_synth:mixed").unwrap();
     assert!(mixed["fields"]["s"].as_str().unwrap().starts_with('s'));
     assert!(mixed["fields"]["d"].is_f64());
     assert!(mixed["time_ns"].as_u64().unwrap() > opts.clock_offset_ns);

@@ -143,6 +143,45 @@ fn hostile_sequence_lengths_do_not_allocate() {
     assert!(e.contains("field 's': length 4294967295 exceeds the rest"), "{e}");
 }
 
+#[test]
+fn text_sequence_longer_than_the_packet_is_an_error() {
+    // A text sequence's length counts bytes: 200 of them fit the 312 bits left after the
+    // length, but not the 39 bytes.
+    let md = r#"/* CTF 1.8 */
+        typealias integer { size = 8; align = 8; signed = false; } := uint8_t;
+        trace { major = 1; minor = 8; byte_order = le; };
+        event { name = "e"; fields := struct {
+            uint8_t n;
+            integer { size = 8; align = 8; signed = false; encoding = UTF8; } s[n];
+        }; };"#;
+    let c = compile_text(md, "m").unwrap();
+    let mut bytes = vec![200u8];
+    bytes.extend([b'a'; 39]);
+    for strict in [true, false] {
+        let opts = DecodeOptions { strict, ..Default::default() };
+        let mut d = StreamDecoder::from_bytes(c.clone(), "t/ch_0", Arc::from(bytes.clone()), opts);
+        let got = d.next_event();
+        let msg = if strict {
+            let e = got.unwrap_err();
+            assert_eq!(e.stream_offset(), Some(1), "{e}");
+            e.to_string()
+        } else {
+            assert!(!got.unwrap(), "the only event is cut");
+            assert_eq!(d.stats().errors, 1);
+            d.stats().error_samples[0].clone()
+        };
+        assert_eq!(
+            msg,
+            "t/ch_0: packet at byte 0: byte 1: field 's': text length 200 bytes exceeds the 39 bytes left in the packet content"
+        );
+    }
+    // A length that fits is read.
+    bytes[0] = 39;
+    let mut d = StreamDecoder::from_bytes(c, "t/ch_0", Arc::from(bytes), strict());
+    assert!(d.next_event().unwrap());
+    assert!(!d.next_event().unwrap());
+}
+
 const PROP_MD: &str = r#"/* CTF 1.8 */
     typealias integer { size = 8; align = 8; signed = false; } := uint8_t;
     typealias integer { size = 32; align = 8; signed = false; } := uint32_t;
