@@ -1,7 +1,13 @@
 //! # weft-analyze
 //!
-//! Trace analysis over spans: critical path, per-component breakdowns, service dependencies,
-//! grouping, statistics, variance decomposition and the hypothesis forest.
+//! Analyses over spans, and nothing else. Turning events into spans is weft-weave's job.
+//!
+//! * [`critical_path`]: the chain of span sections that set a trace's latency.
+//! * [`breakdown`]: per-component time breakdowns of one trace or many.
+//! * [`compare`]: structural comparison of two traces.
+//! * [`dependencies`]: service dependency links.
+//! * [`skew`]: clock-skew adjustment of cross-host parent/child spans.
+//! * [`kernel`]: kernel activity (from kernel spans) attributed to application spans.
 //!
 //! Every algorithm takes `&[Span]` (one trace or many) and never touches storage, so the CLI,
 //! the server and tests can run it on files, woven output or query results alike — and the

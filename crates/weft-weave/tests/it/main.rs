@@ -6,6 +6,8 @@ mod bad_input;
 mod blkin;
 mod fifo;
 mod golden;
+mod kernel;
+mod probe;
 mod props;
 mod sink;
 mod topology;
