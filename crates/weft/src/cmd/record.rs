@@ -361,17 +361,11 @@ fn write_events(path: &Path, events: &[Event]) -> anyhow::Result<()> {
     let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = BufWriter::new(f);
     for e in events {
-        let fields: serde_json::Map<String, serde_json::Value> =
-            e.fields().iter().map(|kv| (kv.key.to_string(), kv.value.to_json())).collect();
-        let line = serde_json::json!({
-            "time_ns": e.time_ns,
-            "raw_time": e.raw_time,
-            "source": e.source.0,
-            "component": e.component().map(|c| c.as_str()),
-            "type": match &e.kind { weft_model::EventKind::Tracepoint(t) => t.name.to_string(), _ => e.type_name().to_owned() },
-            "fields": fields,
-        });
-        serde_json::to_writer(&mut w, &line)?;
+        let type_name = match &e.kind {
+            weft_model::EventKind::Tracepoint(t) => &t.name,
+            _ => e.type_name(),
+        };
+        serde_json::to_writer(&mut w, &crate::cmd::import::event_json(e, type_name))?;
         w.write_all(b"\n")?;
     }
     w.flush().with_context(|| format!("writing {}", path.display()))?;
