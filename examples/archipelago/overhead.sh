@@ -23,8 +23,8 @@ cargo build -q --release -p archipelago --no-default-features
 cp "$target/release/archipelago" "$work/archipelago-off"
 cargo build -q --release -p archipelago
 cp "$target/release/archipelago" "$work/archipelago-on"
-cargo build -q --release -p weft-agent --example standalone
-cp "$target/release/examples/standalone" "$work/agent"
+cargo build -q --release -p weft-agent --bin weft-agent
+cp "$target/release/weft-agent" "$work/agent"
 hz=$(getconf CLK_TCK)
 
 field() { awk -v k="$1" '{for(i=1;i<=NF;i++) if($i==k) print $(i+1)}'; }
@@ -37,9 +37,10 @@ run() { # variant -> "ops/s tier_cpu_us/op agent_cpu_us/op"
     on) out=$(WEFT_PROBE_DIR="$work/none" "$work/archipelago-on" run --dir "$work/data" --seconds "$secs" --clients "$clients") ;;
     on+agent)
       rm -rf "$work/spool"
-      "$work/agent" --probe-dir "$work/probes" --spool-dir "$work/spool" --spool-mib 256 > "$work/agent.out" &
+      "$work/agent" --quiet --collector off --metrics off --probe-dir "$work/probes" --spool-dir "$work/spool" \
+        --spool-size 256MiB > "$work/agent.out" &
       local ap=$!
-      while ! grep -q READY "$work/agent.out" 2>/dev/null; do sleep 0.05; done
+      while ! grep -q "Ctrl-C stops" "$work/agent.out" 2>/dev/null; do sleep 0.05; done
       out=$(WEFT_PROBE_DIR="$work/probes" "$work/archipelago-on" run --dir "$work/data" --seconds "$secs" --clients "$clients")
       sleep 0.5
       agent_cpu=$(cpu_of "$ap")

@@ -8,7 +8,7 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use weft_sources::ctf::synth::{Header, SynthOptions, metadata};
+use weft_synth::ctf::{Header, SynthOptions, metadata};
 use weft_sources::ctf::{Compiled, DecodeOptions, StreamDecoder, compile_text};
 
 const BITS: &str = r#"/* CTF 1.8 */

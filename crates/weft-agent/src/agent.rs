@@ -34,8 +34,8 @@ use weft_probe::consumer::{self, ConsumerError, Segment};
 
 use crate::control;
 use crate::metrics::Metrics;
-use crate::proto::{CommandResult, ProbeCommand, ProcessReport};
 use crate::spool::{Appended, Spool, SpoolConfig, SpoolError};
+use weft_control::proto::{CommandResult, ProbeCommand, ProcessReport};
 use weft_weave::probe::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 
 /// Agent settings.
@@ -214,8 +214,7 @@ impl Agent {
         });
         if let Some(url) = &cfg.collector {
             let link = crate::collector::Link {
-                base: url.clone(),
-                token: cfg.control_token.clone(),
+                collector: weft_control::client::Collector::new(url, cfg.control_token.clone()),
                 agent: cfg.name.clone(),
                 host: cfg.host.clone(),
             };

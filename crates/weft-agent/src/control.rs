@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use weft_probe::consumer::{self, Segment};
 
-use crate::proto::{
+use weft_control::proto::{
     CommandResult, LocalReply, MAX_MESSAGE_BYTES, ProbeCommand, ProcessOutcome, TracepointEntry,
 };
 

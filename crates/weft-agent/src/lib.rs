@@ -13,20 +13,25 @@
 //! * [`otlp`]: a direct OTLP protobuf encoder for the agent's spans (byte-identical to
 //!   `weft_model`'s, without its intermediate structures).
 //! * [`ship`]: the sender (OTLP/HTTP protobuf to the collector's existing receiver).
-//! * [`control`]: executing [`proto::ProbeCommand`]s on segments; the local control socket.
-//! * [`collector`]: congestion reports and the control-command long poll.
+//! * [`control`]: executing [`weft_control::proto::ProbeCommand`]s on segments; the local
+//!   control socket.
+//! * [`collector`]: the loops of congestion reports and the control-command long poll (over
+//!   [`weft_control::client::Collector`]).
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
-//! * [`proto`]: the JSON messages shared with `weft probes` and `weft-server`'s control API.
+//! * [`cli`]: the command line ([`cli::Args`], [`cli::run`]) of both `weft agent` and the lean
+//!   `weft-agent` binary of this package (no DataFusion, Arrow or UI in it).
+//!
+//! The control messages (shared with `weft probes` and the collector) are in `weft-control`.
 //!
 //! Spans travel on the collector's standard OTLP/HTTP receiver rather than a weft-native
 //! stream: it is already batched, compressed, bounded and acknowledged after the durable append.
 
 pub mod agent;
+pub mod cli;
 pub mod collector;
 pub mod control;
 pub mod metrics;
 pub mod otlp;
-pub mod proto;
 pub mod ship;
 pub mod spool;
 

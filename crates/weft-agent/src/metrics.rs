@@ -6,8 +6,8 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::proto::{AgentReport, PipelineReport, ProcessReport};
 use crate::spool::SpoolStats;
+use weft_control::proto::{AgentReport, PipelineReport, ProcessReport};
 
 /// Counters (monotonic unless noted).
 #[derive(Debug, Default)]

@@ -8,6 +8,9 @@
 //! * [`dependencies`]: service dependency links.
 //! * [`skew`]: clock-skew adjustment of cross-host parent/child spans.
 //! * [`kernel`]: kernel activity (from kernel spans) attributed to application spans.
+//! * [`vaif`]: VAIF's analysis — critical paths over the tracepoint records of spans, requests
+//!   grouped by path, the response-time variance decomposed over the path's edges, keys
+//!   correlated with response time.
 //!
 //! Every algorithm takes `&[Span]` (one trace or many) and never touches storage, so the CLI,
 //! the server and tests can run it on files, woven output or query results alike — and the
@@ -19,3 +22,4 @@ pub mod critical_path;
 pub mod dependencies;
 pub mod kernel;
 pub mod skew;
+pub mod vaif;

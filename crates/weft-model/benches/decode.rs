@@ -6,7 +6,7 @@
 //!   `serde_json::Value`;
 //! * OTLP/JSON → weft spans, vs the same `serde_json::Value` baseline.
 //!
-//! Input: `codec::sample::spans` — realistic spans (4 services, ~15 attributes of every type,
+//! Input: `weft_synth::sample::spans` — realistic spans (4 services, ~15 attributes of every type,
 //! 2 events, some links). Time is the benchmark thread's **CPU time**
 //! (`CLOCK_THREAD_CPUTIME_ID`), so the figures are per core and do not depend on how busy
 //! the (shared) machine is. The allocator is mimalloc, as in the `weft` binary. Run:
@@ -15,7 +15,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use std::hint::black_box;
-use weft_model::codec::{otlp, sample, zipkin};
+use weft_model::codec::{otlp, zipkin};
+use weft_synth::sample;
 use weft_testkit::cpu::ThreadCpu;
 
 const SPANS: usize = 1024;

@@ -1,4 +1,4 @@
-//! Writes realistic sample spans (`weft_model::codec::sample`) to a file in any format weft
+//! Writes realistic sample spans (`weft_synth::sample`) to a file in any format weft
 //! writes, until the file reaches a size — inputs for `weft convert` benchmarks and memory
 //! checks.
 //!
@@ -8,8 +8,8 @@
 
 use std::io::{BufWriter, Write};
 
-use weft_model::codec::sample;
 use weft_model::codec::stream::{self, Format, WriterOptions};
+use weft_synth::sample;
 
 /// Counts bytes written.
 struct Counter<W> {

@@ -32,7 +32,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
-use weft_agent::proto::{
+use weft_control::proto::{
     AgentReport, CommandResult, MAX_MESSAGE_BYTES, PollRequest, PollResponse, ProbeCommand, QueuedCommand,
 };
 use weft_probe::select::glob_match;
@@ -185,7 +185,7 @@ impl ControlHub {
             o,
             "# HELP weft_agents Agents seen in the last minute.\n# TYPE weft_agents gauge\nweft_agents {live}"
         );
-        type G = fn(&weft_agent::proto::ProcessReport) -> String;
+        type G = fn(&weft_control::proto::ProcessReport) -> String;
         let per: [(&str, &str, G); 5] = [
             (
                 "weft_agent_process_ring_occupancy_max",
@@ -221,7 +221,7 @@ impl ControlHub {
                 }
             }
         }
-        type P = fn(&weft_agent::proto::PipelineReport) -> u64;
+        type P = fn(&weft_control::proto::PipelineReport) -> u64;
         let spool: [(&str, P); 4] = [
             ("weft_agent_spool_bytes", |p| p.spool_bytes),
             ("weft_agent_spool_dropped_spans", |p| p.spool_dropped_spans),

@@ -250,6 +250,13 @@ where
     res.map_err(|e| IngestError::Internal(format!("ingest task failed: {e}")))?
 }
 
+/// Stores spans made in this process rather than received (blocking): `weft serve --demo`'s
+/// traffic. Counted as one request of `r`, then stored and counted like received spans.
+pub fn store_generated(state: &AppState, r: Receiver, spans: Vec<Span>) -> Result<Stored, IngestError> {
+    state.metrics.receiver(r).requests.fetch_add(1, Ordering::Relaxed);
+    store_spans(state, r, spans, Rejected::default())
+}
+
 /// Stores decoded spans (blocking) and counts the outcome.
 pub fn store_spans(
     state: &AppState,

@@ -18,7 +18,6 @@
 
 pub mod api;
 pub mod control;
-pub mod demo;
 pub mod ingest;
 pub mod jaeger;
 pub mod metrics;

@@ -3,7 +3,7 @@
 //!
 //!     cargo bench -p weft-sources --bench ctf
 //!
-//! The trace is written by `weft_sources::ctf::synth` (LTTng-UST layout: `large` event
+//! The trace is written by `weft_synth::ctf` (LTTng-UST layout: `large` event
 //! headers, a `vtid` context, one `int32` payload field — LTTng's "small events"; 4 MiB
 //! packets) and checked to read back identically in babeltrace2 before timing. Reported per
 //! core: one decoding thread.
@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use weft_sources::ctf::synth::{Header, SynthOptions, write_trace};
 use weft_sources::ctf::{DecodeOptions, StreamDecoder, open_traces};
+use weft_synth::ctf::{Header, SynthOptions, write_trace};
 
 /// Events per trace: 1M under `cargo bench`; a small trace when `cargo test` runs the bench
 /// once as a smoke test.

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use weft_model::codec::otlp;
-use weft_store::synth::Synth;
 use weft_store::{FsyncPolicy, Store, StoreConfig};
+use weft_synth::shop::Shop;
 
 fn batches(n_batches: usize) -> Vec<Vec<weft_model::Span>> {
-    let mut s = Synth::new(7, 1_700_000_000_000_000_000, 2_000_000);
+    let mut s = Shop::new(7, 1_700_000_000_000_000_000, 2_000_000);
     let mut pending = Vec::new();
     let mut out = Vec::new();
     while out.len() < n_batches {
@@ -71,7 +71,7 @@ fn bench(c: &mut Criterion) {
     let mut cfg = StoreConfig::new(dir.path());
     cfg.flush_bytes = 16 << 20;
     let store = Store::open(cfg).unwrap();
-    let mut s = Synth::new(9, 1_700_000_000_000_000_000, 2_000_000);
+    let mut s = Shop::new(9, 1_700_000_000_000_000_000, 2_000_000);
     let mut ids = Vec::new();
     for _ in 0..50 {
         let b = s.spans(2000);

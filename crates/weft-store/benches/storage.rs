@@ -1,7 +1,7 @@
 //! Storage figures for the README (not a criterion benchmark: these are sizes and
 //! distributions at scale, measured once per run).
 //!
-//! Generates `WEFT_BENCH_SPANS` (default 1,000,000) realistic spans (`weft_store::synth`: an
+//! Generates `WEFT_BENCH_SPANS` (default 1,000,000) realistic spans (`weft_synth::shop`: an
 //! online shop, 8–40 spans per trace, OTel semantic-convention attributes, resources with SDK
 //! and host attributes, gRPC message and exception events), appends them durably in batches
 //! of 512 (fsync every 100 ms), flushes, and reports:
@@ -21,8 +21,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use weft_model::codec::otlp;
-use weft_store::synth::Synth;
 use weft_store::{FsyncPolicy, Store, StoreConfig};
+use weft_synth::shop::Shop;
 
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
@@ -139,7 +139,7 @@ fn main() {
     cfg.max_buffer_bytes = cfg.flush_bytes * 4;
     let store = Store::open(cfg.clone()).unwrap();
 
-    let mut synth = Synth::new(1, weft_model::time::now_unix_nanos() - 3_600_000_000_000, 360_000);
+    let mut synth = Shop::new(1, weft_model::time::now_unix_nanos() - 3_600_000_000_000, 360_000);
     let mut pending = Vec::new();
     let mut appended = 0usize;
     let mut gen_cpu = 0.0;
@@ -188,7 +188,7 @@ fn main() {
     store.close().unwrap();
     drop(store);
     let store = Store::open(cfg).unwrap();
-    let mut rng = weft_store::synth::Rng::new(99);
+    let mut rng = weft_synth::shop::Rng::new(99);
     let mut lat = Vec::new();
     let mut found = 0usize;
     for _ in 0..1000 {

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use weft_model::codec::otlp;
-use weft_store::synth::Synth;
 use weft_store::{FsyncPolicy, Store, StoreConfig};
+use weft_synth::shop::Shop;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     unsafe { libmimalloc_sys::mi_option_set(15, 10_000) };
     let spans: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(2_000_000);
     // 256 distinct requests, reused round-robin (trace ids repeat; the store does not care).
-    let mut synth = Synth::new(7, 1_700_000_000_000_000_000, 2_000_000);
+    let mut synth = Shop::new(7, 1_700_000_000_000_000_000, 2_000_000);
     let mut pending = Vec::new();
     let mut requests = Vec::new();
     while requests.len() < 256 {

@@ -40,7 +40,6 @@ pub mod render;
 mod resources;
 pub mod schema;
 pub mod segment;
-pub mod synth;
 pub mod wal;
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Throughput of the simulator-log hot paths, in MB/s of log text, on inputs built by
-//! replicating the synthetic ping scenario ([`weft_weave::synth`]: lines laid out like the
+//! replicating the synthetic ping scenario ([`weft_synth::simlog`]: lines laid out like the
 //! fixtures', timestamps and ids shifted per round):
 //!
 //! * `parse/<fmt>` — read + parse only (weft-sources' driver and parser), one thread;
@@ -20,8 +20,8 @@ use weft_model::{Event, SourceId};
 use weft_sources::drive::Driver;
 use weft_sources::reader::LineReader;
 use weft_sources::sim::{SimFormat, parser_for};
+use weft_synth::simlog::{Log, Scenario};
 use weft_weave::actor::{Actors, FilterSpec};
-use weft_weave::synth::{Log, Scenario};
 use weft_weave::weaver::{ComponentSpec, Role, Weave, WeaveConfig};
 
 const TARGET: usize = 48 << 20;
@@ -58,7 +58,7 @@ fn parse(fmt: SimFormat, data: &[u8]) -> u64 {
 }
 
 fn symbolizer() -> weft_sources::symbols::Symbolizer {
-    weft_weave::synth::symbolizer().expect("synthetic symbol tables")
+    weft_synth::simlog::symbolizer().expect("synthetic symbol tables")
 }
 
 fn weave_one(fmt: SimFormat, role: Role, data: &[u8], actors: &mut Actors) -> u64 {
@@ -144,8 +144,8 @@ fn benches(c: &mut Criterion) {
 
     // The threaded pipeline over 1 and 2 gem5 logs (files), all stages, spans to /dev/null.
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("kernel.syms"), weft_weave::synth::kernel_syms()).expect("write");
-    std::fs::write(dir.path().join("i40e.syms"), weft_weave::synth::i40e_syms()).expect("write");
+    std::fs::write(dir.path().join("kernel.syms"), weft_synth::simlog::kernel_syms()).expect("write");
+    std::fs::write(dir.path().join("i40e.syms"), weft_synth::simlog::i40e_syms()).expect("write");
     for k in 0..2 {
         std::fs::write(dir.path().join(format!("h{k}.gem5.log")), &gem5).expect("write");
     }
@@ -156,7 +156,7 @@ fn benches(c: &mut Criterion) {
         for k in 0..n {
             toml += &format!(
                 "[[source]]\nname = \"h{k}\"\nkind = \"gem5\"\npath = \"h{k}.gem5.log\"\nsymbols = [{{ path = \"kernel.syms\" }}, {{ path = \"i40e.syms\", offset = \"{:#x}\" }}]\n",
-                weft_weave::synth::I40E_BASE
+                weft_synth::simlog::I40E_BASE
             );
         }
         if sink {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use weft_weave::synth::{Log, Scenario};
+use weft_synth::simlog::{Log, Scenario};
 use weft_weave::{Run, Topology};
 
 fn rss_kib() -> u64 {
@@ -45,8 +45,8 @@ fn main() {
         .sum();
     let rounds = target / per_round + 1;
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("kernel.syms"), weft_weave::synth::kernel_syms()).expect("syms");
-    std::fs::write(dir.path().join("i40e.syms"), weft_weave::synth::i40e_syms()).expect("syms");
+    std::fs::write(dir.path().join("kernel.syms"), weft_synth::simlog::kernel_syms()).expect("syms");
+    std::fs::write(dir.path().join("i40e.syms"), weft_synth::simlog::i40e_syms()).expect("syms");
     for l in Log::ALL {
         let p = dir.path().join(l.file_name());
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).expect("path");

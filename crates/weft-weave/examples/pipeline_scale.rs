@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use weft_weave::synth::{Log, Scenario};
+use weft_synth::simlog::{Log, Scenario};
 
 fn cpu_seconds() -> f64 {
     // SAFETY: getrusage only writes the struct it is given.
@@ -33,8 +33,8 @@ fn main() {
         i += 1;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("kernel.syms"), weft_weave::synth::kernel_syms()).expect("write");
-    std::fs::write(dir.path().join("i40e.syms"), weft_weave::synth::i40e_syms()).expect("write");
+    std::fs::write(dir.path().join("kernel.syms"), weft_synth::simlog::kernel_syms()).expect("write");
+    std::fs::write(dir.path().join("i40e.syms"), weft_synth::simlog::i40e_syms()).expect("write");
     for k in 0..2 {
         std::fs::write(dir.path().join(format!("h{k}.gem5.log")), &data).expect("write");
     }
@@ -43,7 +43,7 @@ fn main() {
         for k in 0..n {
             toml += &format!(
                 "[[source]]\nname = \"h{k}\"\nkind = \"gem5\"\npath = \"h{k}.gem5.log\"\nsymbols = [{{ path = \"kernel.syms\" }}, {{ path = \"i40e.syms\", offset = \"{:#x}\" }}]\n",
-                weft_weave::synth::I40E_BASE
+                weft_synth::simlog::I40E_BASE
             );
         }
         if sink {

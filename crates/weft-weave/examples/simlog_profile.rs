@@ -16,8 +16,8 @@ use weft_model::{Event, SourceId};
 use weft_sources::drive::Driver;
 use weft_sources::reader::LineReader;
 use weft_sources::sim::{SimFormat, parser_for};
+use weft_synth::simlog::{Log, Scenario};
 use weft_weave::actor::{Actors, FilterSpec};
-use weft_weave::synth::{Log, Scenario};
 use weft_weave::weaver::{ComponentSpec, Role, Weave, WeaveConfig};
 
 fn main() {
@@ -99,5 +99,5 @@ fn run(
 }
 
 fn symbolizer() -> weft_sources::symbols::Symbolizer {
-    weft_weave::synth::symbolizer().expect("synthetic symbol tables")
+    weft_synth::simlog::symbolizer().expect("synthetic symbol tables")
 }

@@ -29,8 +29,6 @@
 //! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans.
 //! * [`probe`]: weft-probe records → application spans (the agent's drain and `weft import`
 //!   of an in-process capture file).
-//! * [`synth`]: a generator of coherent multi-simulator logs (client/server request-response
-//!   through host, NIC and ns-3), for tests and benchmarks.
 //!
 //! # Span conventions
 //!
@@ -139,4 +137,3 @@ pub mod weaver;
 pub use pipeline::{Run, RunReport, WeaveError};
 pub use topology::Topology;
 pub mod render;
-pub mod synth;

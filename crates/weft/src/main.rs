@@ -2,7 +2,6 @@
 //! collector and UI, query the store, control probes, run the agent, record the kernel.
 
 mod cmd;
-mod progress;
 
 use clap::{Parser, Subcommand};
 
@@ -48,12 +47,8 @@ fn tune_allocator() {
 #[derive(Parser)]
 #[command(name = "weft", version, about, long_about = None)]
 struct Cli {
-    /// Log filter (tracing's EnvFilter syntax, e.g. `info`, `weft_store=debug`); also `WEFT_LOG`.
-    #[arg(long, global = true, env = "WEFT_LOG", default_value = "warn")]
-    log: String,
-    /// Hide progress bars (they are also hidden when stderr is not a terminal).
-    #[arg(long, global = true)]
-    quiet: bool,
+    #[command(flatten)]
+    globals: weft_cli::Globals,
     #[command(subcommand)]
     command: Command,
 }
@@ -77,7 +72,7 @@ enum Command {
     /// Where the time went: per component (host, NIC, switch, wire) and request direction.
     Breakdown(cmd::breakdown::Args),
     /// Run the per-node agent: drain weft-probe rings, ship spans, take tracepoint commands.
-    Agent(cmd::agent::Args),
+    Agent(weft_agent::cli::Args),
     /// List, enable or disable the weft-probe tracepoints of local processes.
     Probes(cmd::probes::Args),
 }
@@ -87,10 +82,7 @@ fn main() -> std::process::ExitCode {
     if matches!(cli.command, Command::Serve(_)) {
         tune_allocator();
     }
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    progress::set_quiet(cli.quiet);
+    cli.globals.init();
     let result = match cli.command {
         Command::Convert(a) => cmd::convert::run(a),
         Command::Serve(a) => cmd::serve::run(a),
@@ -100,14 +92,8 @@ fn main() -> std::process::ExitCode {
         Command::Import(a) => cmd::import::run(a),
         Command::Weave(a) => cmd::weave::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),
-        Command::Agent(a) => cmd::agent::run(a),
+        Command::Agent(a) => weft_agent::cli::run(a),
         Command::Probes(a) => cmd::probes::run(a),
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    weft_cli::exit_code(result)
 }

@@ -6,8 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use weft_agent::proto::LocalReply;
 use weft_agent::{Agent, AgentConfig, AgentError};
+use weft_control::proto::LocalReply;
 
 fn line(s: &mut BufReader<UnixStream>) -> LocalReply {
     let mut l = String::new();

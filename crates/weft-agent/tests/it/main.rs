@@ -1,5 +1,6 @@
 //! weft-agent integration tests (one binary).
 
+mod bin;
 mod local;
 mod otlp;
 mod spool;

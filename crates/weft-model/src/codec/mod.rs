@@ -19,11 +19,12 @@
 pub mod chrome;
 pub mod convert;
 mod error;
+#[cfg(test)]
+mod fixture;
 pub mod jaeger;
 pub(crate) mod jsonscan;
 pub(crate) mod jsonw;
 pub mod otlp;
-pub mod sample;
 pub mod stream;
 pub mod zipkin;
 

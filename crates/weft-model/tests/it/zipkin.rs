@@ -1,10 +1,18 @@
-//! Zipkin: property tests — v2 JSON and proto3 round trips of everything Zipkin carries (whole
-//! buffer and streaming), decoders that never panic, truncated documents that always fail.
+//! Zipkin: sample spans within Zipkin's limits, losses, shared resources, bad proto ids;
+//! property tests — v2 JSON and proto3 round trips of everything Zipkin carries (whole buffer
+//! and streaming), decoders that never panic, truncated documents that always fail.
 
 use proptest::prelude::*;
-use weft_model::Span;
+use prost::Message;
 use weft_model::codec::stream::{self, Format, WriterOptions};
+use weft_model::codec::zipkin::proto::ListOfSpans;
+use weft_model::codec::zipkin::{
+    LOST_INTERNAL, LOST_LINKS, LOST_RESOURCE_ATTRS, LOST_STRINGIFIED, decode_v2_json, decode_v2_proto,
+    decode_v2_proto_lenient, encode_v2_json, encode_v2_json_with, encode_v2_proto,
+};
 use weft_model::codec::{Losses, zipkin};
+use weft_model::{KeyValue, Resource, Span, Value};
+use weft_synth::sample;
 
 use crate::strategies;
 
@@ -18,10 +26,21 @@ pub fn read_stream(format: Format, bytes: &[u8]) -> Result<Vec<Span>, weft_model
 
 /// Streams spans through the writer of `format` in small batches.
 pub fn write_stream(format: Format, spans: &[Span]) -> (Vec<u8>, Losses) {
+    write_chunked(format, spans, 2, 3)
+}
+
+/// Streams spans through the writer of `format`, `chunk` spans per write, sorting them in runs
+/// of `sort_run_spans` (spilled to temporary files past one run).
+pub fn write_chunked(
+    format: Format,
+    spans: &[Span],
+    chunk: usize,
+    sort_run_spans: usize,
+) -> (Vec<u8>, Losses) {
     let mut out = Vec::new();
-    let options = WriterOptions { sort_run_spans: 3, ..WriterOptions::default() };
+    let options = WriterOptions { sort_run_spans, ..WriterOptions::default() };
     let mut w = stream::writer(format, &mut out, options).unwrap();
-    for c in spans.chunks(2) {
+    for c in spans.chunks(chunk) {
         w.write(c).unwrap();
     }
     let losses = w.finish().unwrap();
@@ -193,4 +212,102 @@ proptest! {
         let cut = cut.index(doc.len());
         prop_assert!(zipkin::decode_v1_json(&doc[..cut]).is_err() || cut == 0);
     }
+}
+
+#[test]
+fn sample_spans_survive_zipkin_within_its_limits() {
+    let spans: Vec<Span> = sample::spans(200, 11)
+        .into_iter()
+        .map(|mut s| {
+            // What Zipkin carries: string attributes, µs times, no links, CLIENT/SERVER kinds.
+            s.attributes = s
+                .attributes
+                .iter()
+                .map(|kv| KeyValue::new(kv.key.clone(), Value::Str(kv.value.to_string().into())))
+                .collect();
+            s.links.clear();
+            s.flags = 0;
+            s.start_ns -= s.start_ns % 1000;
+            s.end_ns -= s.end_ns % 1000;
+            for e in &mut s.events {
+                e.time_ns -= e.time_ns % 1000;
+            }
+            s
+        })
+        .collect();
+    let mut losses = Losses::default();
+    let text = encode_v2_json_with(&spans, &mut losses);
+    assert!(losses.get(LOST_RESOURCE_ATTRS) > 0);
+    assert!(losses.get(LOST_INTERNAL) > 0);
+    let back = decode_v2_json(&text).unwrap();
+    assert_eq!(back.len(), spans.len());
+    for (a, b) in spans.iter().zip(&back) {
+        assert_eq!((a.trace_id, a.span_id, a.parent_span_id), (b.trace_id, b.span_id, b.parent_span_id));
+        assert_eq!(a.name, b.name);
+        assert_eq!((a.start_ns, a.end_ns), (b.start_ns, b.end_ns), "whole µs survive");
+        assert_eq!(a.status, b.status);
+        assert_eq!(a.service_name(), b.service_name());
+        assert_eq!((&a.scope.name, &a.scope.version), (&b.scope.name, &b.scope.version));
+        let mut x: Vec<_> = a.attributes.iter().map(|kv| (kv.key.clone(), kv.value.to_string())).collect();
+        let mut y: Vec<_> = b.attributes.iter().map(|kv| (kv.key.clone(), kv.value.to_string())).collect();
+        x.sort();
+        y.sort();
+        assert_eq!(x, y);
+        // Events with attributes travel as {"name":{attrs}} and come back typed.
+        assert_eq!(a.events, b.events);
+    }
+    // The proto3 form carries the same.
+    let back_proto = decode_v2_proto(&encode_v2_proto(&spans)).unwrap();
+    assert_eq!(back_proto.len(), back.len());
+    for (a, b) in back.iter().zip(&back_proto) {
+        let mut x = a.clone();
+        let mut y = b.clone();
+        x.attributes.0.sort_by(|p, q| p.key.cmp(&q.key));
+        y.attributes.0.sort_by(|p, q| p.key.cmp(&q.key));
+        assert_eq!(x, y);
+    }
+}
+
+#[test]
+fn losses_are_counted() {
+    let spans = sample::spans(20, 3);
+    let mut losses = Losses::default();
+    encode_v2_json_with(&spans, &mut losses);
+    let links: u64 = spans.iter().map(|s| s.links.len() as u64).sum();
+    assert_eq!(losses.get(LOST_LINKS), links);
+    assert!(losses.get(LOST_STRINGIFIED) > 0);
+    assert!(losses.to_string().contains("non-string attributes stringified"), "{losses}");
+}
+
+#[test]
+fn proto_rejects_bad_ids_and_garbage() {
+    let mut spans = sample::spans(3, 1);
+    spans.truncate(3);
+    let mut list = ListOfSpans::decode(encode_v2_proto(&spans).as_slice()).unwrap();
+    list.spans[1].id = vec![1, 2];
+    let bytes = prost::Message::encode_to_vec(&list);
+    let (ok, rej) = decode_v2_proto_lenient(&bytes).unwrap();
+    assert_eq!((ok.len(), rej.count), (2, 1));
+    assert_eq!(rej.first_error.unwrap().field, "spans[1].id");
+    assert!(decode_v2_proto(&bytes[..bytes.len() - 3]).is_err());
+    assert!(decode_v2_proto(b"[{\"a\":1}]").is_err());
+}
+
+/// Spans of one service share one resource, with a few services (searched) and with many
+/// (hashed).
+#[test]
+fn resources_are_shared_per_service() {
+    let mut spans = sample::spans(200, 4);
+    for (i, s) in spans.iter_mut().enumerate() {
+        s.resource = std::sync::Arc::new(Resource::service(format!("svc{}", i % 20)));
+    }
+    let back = decode_v2_json(&encode_v2_json(&spans)).unwrap();
+    for (i, s) in back.iter().enumerate() {
+        assert_eq!(s.service_name(), format!("svc{}", i % 20));
+        let first = &back[i % 20];
+        assert!(std::sync::Arc::ptr_eq(&s.resource, &first.resource), "span {i}");
+    }
+    let distinct: std::collections::HashSet<*const Resource> =
+        back.iter().map(|s| std::sync::Arc::as_ptr(&s.resource)).collect();
+    assert_eq!(distinct.len(), 20);
 }

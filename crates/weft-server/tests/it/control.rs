@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weft_agent::proto::{
+use weft_control::proto::{
     AgentReport, CommandResult, PollRequest, PollResponse, ProcessOutcome, ProcessReport,
 };
 

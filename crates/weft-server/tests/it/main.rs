@@ -117,7 +117,7 @@ impl Drop for TestServer {
 /// Realistic spans (whole traces) at a recent time.
 pub fn spans(seed: u64, n: usize) -> Vec<weft_model::Span> {
     let start = weft_model::time::now_unix_nanos() - 600_000_000_000;
-    weft_store::synth::Synth::new(seed, start, 5_000_000).spans(n)
+    weft_synth::shop::Shop::new(seed, start, 5_000_000).spans(n)
 }
 
 pub fn canon(mut v: Vec<weft_model::Span>) -> Vec<weft_model::Span> {

@@ -6,8 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 use serde_json::Value as J;
 use weft_model::codec::otlp;
 use weft_model::{Span, TraceId};
-use weft_server::demo::woven::{big_trace, woven_request};
 use weft_server::ui::ASSETS;
+use weft_synth::demo::woven::{big_trace, woven_request};
 
 use crate::{TestServer, spans};
 
@@ -324,7 +324,7 @@ fn attribute_terms_parse() {
 /// does), a minute ago: 3 ping traces of 47 spans and 3 one-span `recvfrom` traces.
 fn ping() -> Vec<Span> {
     let start = weft_model::time::now_unix_nanos() - 60_000_000_000;
-    let p = weft_server::demo::ping::woven_ping(3, start, 2_000_000, 5).unwrap();
+    let p = weft_synth::demo::ping::woven_ping(3, start, 2_000_000, 5).unwrap();
     assert_eq!((p.rejected_lines, p.unmatched), (0, 0));
     p.spans
 }
@@ -354,7 +354,7 @@ fn names(rows: &J) -> Vec<(String, u64)> {
 #[test]
 fn demo_weaves_the_synthetic_ping_with_the_real_pipeline() {
     let start = 1_700_000_000_000_000_000;
-    let p = weft_server::demo::ping::woven_ping(4, start, 5_000_000, 9).unwrap();
+    let p = weft_synth::demo::ping::woven_ping(4, start, 5_000_000, 9).unwrap();
     assert_eq!((p.rejected_lines, p.unmatched), (0, 0));
     let traces = by_trace(&p.spans);
     assert_eq!(traces.len(), 8, "a ping trace and a recvfrom trace per round");

@@ -32,9 +32,9 @@
 //! few MiB; [`DecodeOptions::max_packet_bytes`] caps them).
 //!
 //! Checked against babeltrace2 field by field: real LTTng-UST recordings of a provider with
-//! every field type, synthetic traces ([`synth`]) with both LTTng header layouts, both byte
-//! orders, unaligned bit fields and timestamp wrap-around, and babeltrace's own CTF test traces
-//! (during development).
+//! every field type, synthetic traces (weft-synth's CTF writer) with both LTTng header
+//! layouts, both byte orders, unaligned bit fields and timestamp wrap-around, and babeltrace's
+//! own CTF test traces (during development).
 //!
 //! Not supported (each is a clear error naming the declaration): CTF 2 (LTTng 2.13 writes 1.8),
 //! integers wider than 64 bits, floating point other than binary32/binary64, compressed,
@@ -49,7 +49,6 @@ pub mod error;
 mod lex;
 pub mod meta;
 pub mod record;
-pub mod synth;
 pub mod trace;
 mod tsdl;
 

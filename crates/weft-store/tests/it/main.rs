@@ -8,8 +8,8 @@ mod resources;
 use std::time::Duration;
 
 use weft_model::Span;
-use weft_store::synth::Synth;
 use weft_store::{FsyncPolicy, Store, StoreConfig};
+use weft_synth::shop::Shop;
 
 /// A config for tests: small buffers, no automatic flushes or maintenance unless asked.
 pub fn config(dir: &std::path::Path) -> StoreConfig {
@@ -23,7 +23,7 @@ pub fn config(dir: &std::path::Path) -> StoreConfig {
 
 /// Realistic spans (whole traces) starting at a fixed time.
 pub fn spans(seed: u64, n: usize) -> Vec<Span> {
-    Synth::new(seed, 1_700_000_000_000_000_000, 2_000_000).spans(n)
+    Shop::new(seed, 1_700_000_000_000_000_000, 2_000_000).spans(n)
 }
 
 pub fn open(dir: &std::path::Path) -> Store {

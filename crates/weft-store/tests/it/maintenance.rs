@@ -55,8 +55,8 @@ fn retention_by_age_and_by_size() {
     c.retention_age = Some(Duration::from_secs(3600));
     let store = Store::open(c).unwrap();
     let now = weft_model::time::now_unix_nanos();
-    let old = weft_store::synth::Synth::new(1, now - 3 * 3600 * 1_000_000_000, 1_000_000).spans(100);
-    let fresh = weft_store::synth::Synth::new(2, now - 60 * 1_000_000_000, 1_000_000).spans(100);
+    let old = weft_synth::shop::Shop::new(1, now - 3 * 3600 * 1_000_000_000, 1_000_000).spans(100);
+    let fresh = weft_synth::shop::Shop::new(2, now - 60 * 1_000_000_000, 1_000_000).spans(100);
     store.append(&old).unwrap();
     store.flush().unwrap();
     store.append(&fresh).unwrap();
@@ -74,7 +74,7 @@ fn retention_by_age_and_by_size() {
     c.retention_bytes = Some(one * 2 + one / 2);
     let store = Store::open(c).unwrap();
     for i in 0..3 {
-        let s = weft_store::synth::Synth::new(10 + i, now - (50 - i) * 1_000_000_000, 1_000_000).spans(100);
+        let s = weft_synth::shop::Shop::new(10 + i, now - (50 - i) * 1_000_000_000, 1_000_000).spans(100);
         store.append(&s).unwrap();
         store.flush().unwrap();
     }

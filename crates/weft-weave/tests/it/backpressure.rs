@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
-use weft_weave::synth::Scenario;
+use weft_synth::simlog::Scenario;
 use weft_weave::{Run, Topology};
 
 fn slow_collector() -> u16 {

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use weft_synth::simlog::{Log, Scenario};
 use weft_weave::sink::{MemorySink, SinkSpec};
-use weft_weave::synth::{Log, Scenario};
 use weft_weave::{Run, Topology};
 
 #[test]

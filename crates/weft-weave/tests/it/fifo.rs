@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use weft_weave::synth::{Log, Scenario};
+use weft_synth::simlog::{Log, Scenario};
 use weft_weave::{Run, Topology};
 
 fn mkfifo(p: &Path) {
@@ -29,8 +29,8 @@ fn files_and_fifos_give_identical_traces() {
     let files = tempfile::tempdir().unwrap();
     let pipes = tempfile::tempdir().unwrap();
     for d in [files.path(), pipes.path()] {
-        std::fs::write(d.join("kernel.syms"), weft_weave::synth::kernel_syms()).unwrap();
-        std::fs::write(d.join("i40e.syms"), weft_weave::synth::i40e_syms()).unwrap();
+        std::fs::write(d.join("kernel.syms"), weft_synth::simlog::kernel_syms()).unwrap();
+        std::fs::write(d.join("i40e.syms"), weft_synth::simlog::i40e_syms()).unwrap();
     }
     for (log, bytes) in &logs {
         std::fs::write(files.path().join(log.file_name()), bytes).unwrap();

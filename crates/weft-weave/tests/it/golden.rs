@@ -235,11 +235,11 @@ path = "qemu/gen-qemu7.2-e1000e-trace-events.log"
 #[test]
 fn synthetic_ping_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
-    let s = weft_weave::synth::Scenario { rounds: 2, noise: 2, ..Default::default() };
+    let s = weft_synth::simlog::Scenario { rounds: 2, noise: 2, ..Default::default() };
     for (log, bytes) in s.generate() {
         std::fs::write(dir.path().join(log.file_name()), bytes).unwrap();
     }
-    std::fs::write(dir.path().join("kernel.syms"), weft_weave::synth::kernel_syms()).unwrap();
+    std::fs::write(dir.path().join("kernel.syms"), weft_synth::simlog::kernel_syms()).unwrap();
     // The i40e functions resolve through the real i40e symbol dump at the module's load address.
     let toml = s.topology(dir.path().to_str().unwrap()).replace(
         &format!("{}/i40e.syms", dir.path().display()),

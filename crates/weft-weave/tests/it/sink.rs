@@ -3,16 +3,16 @@
 
 use std::path::Path;
 
+use weft_synth::simlog::Scenario;
 use weft_weave::sink::{MemorySink, SinkSpec};
-use weft_weave::synth::Scenario;
 use weft_weave::{Run, Topology};
 
 #[test]
 fn otlp_proto_file_keeps_the_weave_order_across_many_batches() {
     let s = Scenario { rounds: 30, noise: 2, ..Scenario::default() };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("kernel.syms"), weft_weave::synth::kernel_syms()).unwrap();
-    std::fs::write(dir.path().join("i40e.syms"), weft_weave::synth::i40e_syms()).unwrap();
+    std::fs::write(dir.path().join("kernel.syms"), weft_synth::simlog::kernel_syms()).unwrap();
+    std::fs::write(dir.path().join("i40e.syms"), weft_synth::simlog::i40e_syms()).unwrap();
     for (log, bytes) in s.generate() {
         std::fs::write(dir.path().join(log.file_name()), bytes).unwrap();
     }

@@ -17,7 +17,7 @@ use weft_analyze::breakdown::{
 use weft_model::codec::stream::{self, Format};
 use weft_model::{Span, TraceId};
 
-use crate::progress;
+use weft_cli::progress;
 
 /// Arguments of `weft breakdown`.
 #[derive(clap::Args, Debug)]

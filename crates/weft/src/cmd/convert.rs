@@ -133,7 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let len = f.metadata().ok().map(|m| m.len());
         (Box::new(f), len)
     };
-    let bar = crate::progress::bytes_bar(total.filter(|t| *t >= 16 << 20), "converting");
+    let bar = weft_cli::progress::bytes_bar(total.filter(|t| *t >= 16 << 20), "converting");
     if total.is_some_and(|t| t < 16 << 20) {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }

@@ -190,7 +190,7 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
     let (span_files, store, mut events_file) = args.out.open()?;
     let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
 
-    let bar = crate::progress::bytes_bar(Some(total_bytes), "ctf");
+    let bar = weft_cli::progress::bytes_bar(Some(total_bytes), "ctf");
     let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
     let source = SourceId(args.out.source_id);
     let jobs = match args.jobs {
@@ -252,7 +252,7 @@ fn probe(args: ProbeArgs) -> anyhow::Result<()> {
         source: SourceId(args.out.source_id),
         ..CaptureOptions::default()
     };
-    let bar = crate::progress::count_bar(files.len() as u64, "captures");
+    let bar = weft_cli::progress::count_bar(files.len() as u64, "captures");
     let mut reports = Vec::new();
     for path in &files {
         let cap = Capture::read(path)?;

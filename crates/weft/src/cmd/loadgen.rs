@@ -4,7 +4,7 @@
 //! after), which is the "per core" ingest figure in the README.
 //!
 //! Requests are prepared before the clock starts: a pool of distinct batches (realistic shop
-//! traces from `weft_store::synth`, encoded as OTLP protobuf or JSON, optionally gzipped) is
+//! traces from `weft_synth::shop`, encoded as OTLP protobuf or JSON, optionally gzipped) is
 //! cycled until the requested number of spans has been sent, so the generator's own cost is a
 //! loop of HTTP posts.
 
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use weft_model::codec::otlp;
-use weft_store::synth::Synth;
+use weft_synth::shop::Shop;
 
 /// Body encoding.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,9 +99,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let target = format!("{base}/v1/traces");
 
     // Prepare the requests.
-    let bar = crate::progress::bytes_bar(None, "preparing");
+    let bar = weft_cli::progress::bytes_bar(None, "preparing");
     let now = weft_model::time::now_unix_nanos();
-    let mut synth = Synth::new(args.seed, now - 600_000_000_000, 1_000_000);
+    let mut shop = Shop::new(args.seed, now - 600_000_000_000, 1_000_000);
     let mut bodies: Vec<(Vec<u8>, u64)> = Vec::with_capacity(args.pool);
     let mut raw_bytes = 0u64;
     let mut pending = Vec::new();
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         && (bodies.len() as u64) * (args.batch as u64) < args.spans.max(args.batch as u64)
     {
         while pending.len() < args.batch {
-            pending.extend(synth.trace());
+            pending.extend(shop.trace());
         }
         let batch: Vec<_> = pending.drain(..args.batch).collect();
         let body = match args.encoding {
@@ -131,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let refused = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]); // 429, 503, other
     let lat = Arc::new(parking_lot::Mutex::new(Vec::<u32>::new()));
-    let bar = crate::progress::count_bar(args.spans, "spans");
+    let bar = weft_cli::progress::count_bar(args.spans, "spans");
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..args.connections {

@@ -1,6 +1,5 @@
 //! One module per subcommand: each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
-pub mod agent;
 pub mod breakdown;
 pub mod convert;
 pub mod import;
@@ -9,5 +8,4 @@ pub mod probes;
 pub mod query;
 pub mod record;
 pub mod serve;
-pub mod units;
 pub mod weave;

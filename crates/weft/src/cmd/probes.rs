@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::bail;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use weft_agent::control;
-use weft_agent::proto::{CommandResult, ProbeCommand, ProbeOp};
+use weft_control::proto::{CommandResult, ProbeCommand, ProbeOp};
 
 /// What to do.
 #[derive(clap::Subcommand, Debug)]
@@ -51,7 +51,7 @@ pub struct Args {
     #[arg(long, global = true)]
     pub direct: bool,
     /// How long to wait for the processes to acknowledge a switch.
-    #[arg(long, global = true, default_value = "2s", value_parser = super::units::parse_duration)]
+    #[arg(long, global = true, default_value = "2s", value_parser = weft_cli::units::parse_duration)]
     pub wait: Duration,
 }
 

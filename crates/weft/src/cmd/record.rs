@@ -17,7 +17,7 @@ use weft_model::{Event, Span};
 use weft_sources::perf::{Capture, CaptureConfig, StoppedChild, Target, UprobeTarget, exist, syscall_name};
 use weft_weave::kernel::{KernelSpanOptions, kernel_spans};
 
-use crate::cmd::units;
+use weft_cli::units;
 
 /// Arguments of `weft record`.
 #[derive(clap::Args, Debug)]
@@ -160,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.duration.map(|d| format!(" for {d:?}")).unwrap_or_else(|| ", Ctrl-C to stop".into())
     );
 
-    let bar = crate::progress::count_bar(0, "record");
+    let bar = weft_cli::progress::count_bar(0, "record");
     bar.set_length(0);
     let mut events: Vec<Event> = Vec::new();
     let mut batch = Vec::new();

@@ -6,10 +6,12 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use anyhow::Context;
+use weft_server::ingest::IngestError;
 use weft_server::{AppState, Receiver, ServerConfig};
 use weft_store::{FsyncPolicy, Store, StoreConfig};
+use weft_synth::demo::{Appended, DemoConfig};
 
-use super::units::{fmt_bytes, parse_duration, parse_size};
+use weft_cli::units::{fmt_bytes, parse_duration, parse_size};
 
 /// Arguments of `weft serve`.
 #[derive(clap::Args, Debug)]
@@ -168,15 +170,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     let demo = if args.demo {
-        let dc = weft_server::demo::DemoConfig { rate: args.demo_rate, ..Default::default() };
+        let dc = DemoConfig { rate: args.demo_rate, ..Default::default() };
         println!(
             "  demo       a simulated shop: {} requests/s, last {} min backfilled; {} woven SimBricks ping rounds",
             dc.rate,
             dc.backfill.as_secs() / 60,
-            weft_server::demo::PING_ROUNDS
+            weft_synth::demo::PING_ROUNDS
         );
         let _g = rt.enter();
-        Some(weft_server::demo::start(state.clone(), dc))
+        let st = state.clone();
+        Some(weft_synth::demo::start(dc, move |batch| {
+            match weft_server::ingest::store_generated(&st, Receiver::Demo, batch) {
+                Ok(_) => Appended::Stored,
+                Err(IngestError::Overloaded(_)) => Appended::Busy,
+                Err(e) => Appended::Refused(e.message()),
+            }
+        }))
     } else {
         None
     };

@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let run = Run::start(&topo, extra)?;
 
-    let mp = MultiProgress::with_draw_target(if crate::progress::is_quiet() {
+    let mp = MultiProgress::with_draw_target(if weft_cli::progress::is_quiet() {
         ProgressDrawTarget::hidden()
     } else {
         ProgressDrawTarget::stderr()
@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|s| {
             let len = std::fs::metadata(&s.path).ok().filter(|m| m.is_file()).map(|m| m.len());
-            let b = mp.add(crate::progress::bytes_bar(len, &s.name));
+            let b = mp.add(weft_cli::progress::bytes_bar(len, &s.name));
             b.set_message("opening");
             b
         })

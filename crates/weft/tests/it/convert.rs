@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use weft_model::Span;
-use weft_model::codec::{chrome, jaeger, otlp, sample, zipkin};
+use weft_model::codec::{chrome, jaeger, otlp, zipkin};
+use weft_synth::sample;
 
 fn weft() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));

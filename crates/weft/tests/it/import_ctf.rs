@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use weft_sources::ctf::synth::{Header, SynthOptions, write_trace};
+use weft_synth::ctf::{Header, SynthOptions, write_trace};
 
 fn weft() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weft"))

@@ -82,18 +82,18 @@ fn post(otlp_url: &str, spans: &[Span], chunk: usize) {
 const PING_ROUNDS: u64 = 8;
 
 /// Writes the synthetic SimBricks ping's logs (gem5 + nicbm client and server, ns-3 with two
-/// switches; `weft_weave::synth`) with simulated time shown from `first_ns` on, runs
+/// switches; `weft_synth::simlog`) with simulated time shown from `first_ns` on, runs
 /// `weft weave` on them with an OTLP/HTTP sink to `otlp_url` and a file, and returns the ping
 /// traces' ids (the 47-span ones, in time order).
 fn weave_ping(dir: &Path, otlp_url: &str, first_ns: u64) -> Vec<TraceId> {
-    use weft_weave::synth::Scenario;
+    use weft_synth::simlog::Scenario;
     // Rounds 20 s apart; sw0's queueing varies per round (the synth's `q`).
     let s = Scenario { rounds: PING_ROUNDS, period_ps: 20_000_000_000_000, ..Scenario::default() };
     for (log, bytes) in s.generate() {
         std::fs::write(dir.join(log.file_name()), bytes).expect("write log");
     }
-    std::fs::write(dir.join("kernel.syms"), weft_weave::synth::kernel_syms()).expect("write syms");
-    std::fs::write(dir.join("i40e.syms"), weft_weave::synth::i40e_syms()).expect("write syms");
+    std::fs::write(dir.join("kernel.syms"), weft_synth::simlog::kernel_syms()).expect("write syms");
+    std::fs::write(dir.join("i40e.syms"), weft_synth::simlog::i40e_syms()).expect("write syms");
     let epoch = first_ns - s.start_ps / 1000;
     let topo = dir.join("topology.toml");
     std::fs::write(&topo, format!("[run]\nepoch_ns = {epoch}\n\n{}", s.topology("."))).expect("topology");
@@ -195,7 +195,7 @@ fn web_ui_in_headless_chromium() {
     let now = weft_model::time::now_unix_nanos();
 
     // OpenTelemetry-SDK-like shop traffic: 300 requests over the last 20 minutes.
-    let mut synth = weft_store::synth::Synth::new(7, now - 20 * 60 * 1_000_000_000, 4_000_000_000);
+    let mut synth = weft_synth::shop::Shop::new(7, now - 20 * 60 * 1_000_000_000, 4_000_000_000);
     let mut shop: Vec<Vec<Span>> = (0..300).map(|_| synth.trace()).collect();
     shop.retain(|t| !t.is_empty());
     let shop_spans: Vec<Span> = shop.iter().flatten().cloned().collect();
@@ -216,7 +216,7 @@ fn web_ui_in_headless_chromium() {
     // Woven simulator requests.
     let mut woven = Vec::new();
     for i in 0..12u64 {
-        woven.extend(weft_server::demo::woven::woven_request(
+        woven.extend(weft_synth::demo::woven::woven_request(
             100 + i,
             now - 10 * 60 * 1_000_000_000 + i * 20_000_000_000,
         ));
@@ -236,7 +236,7 @@ fn web_ui_in_headless_chromium() {
     let ping = weave_ping(ping_dir.path(), &otlp_url, now - 8 * 60 * 1_000_000_000);
 
     // One 100,000-span trace.
-    let big = weft_server::demo::woven::big_trace(3, BIG_SPANS, now - 5 * 60 * 1_000_000_000);
+    let big = weft_synth::demo::woven::big_trace(3, BIG_SPANS, now - 5 * 60 * 1_000_000_000);
     let big_id = big[0].trace_id;
     post(&otlp_url, &big, 10_000);
 

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use weft_model::codec::stream::{Format, reader};
-use weft_weave::synth::Scenario;
+use weft_synth::simlog::Scenario;
 
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
@@ -17,8 +17,8 @@ fn ping(dir: &Path) -> std::path::PathBuf {
     for (log, bytes) in s.generate() {
         std::fs::write(dir.join(log.file_name()), bytes).unwrap();
     }
-    std::fs::write(dir.join("kernel.syms"), weft_weave::synth::kernel_syms()).unwrap();
-    std::fs::write(dir.join("i40e.syms"), weft_weave::synth::i40e_syms()).unwrap();
+    std::fs::write(dir.join("kernel.syms"), weft_synth::simlog::kernel_syms()).unwrap();
+    std::fs::write(dir.join("i40e.syms"), weft_synth::simlog::i40e_syms()).unwrap();
     let t = dir.join("topology.toml");
     std::fs::write(&t, s.topology(".")).unwrap();
     t

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use weft_sources::ctf::synth::{Header, SynthOptions, metadata, write_trace};
 use weft_sources::ctf::{CtfError, CtfReader, CtfTrace, DecodeOptions, StreamDecoder, compile_text};
+use weft_synth::ctf::{Header, SynthOptions, metadata, write_trace};
 
 fn strict() -> DecodeOptions {
     DecodeOptions { strict: true, ..Default::default() }

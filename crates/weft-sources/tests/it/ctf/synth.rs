@@ -1,10 +1,15 @@
 //! Synthetic LTTng-layout traces (both event header layouts, both byte orders, unaligned bit
-//! fields, timestamp wrap-around, extended headers, big event ids): weft and babeltrace2 must
-//! agree on every event and field.
+//! fields, timestamp wrap-around, extended headers, big event ids): their metadata parses as
+//! LTTng's does, and weft and babeltrace2 must agree on every event and field.
+
+use std::path::Path;
+
+use weft_sources::ctf::compile::compile;
+use weft_sources::ctf::meta::{ByteOrder, EnvValue, TypeDecl};
+use weft_sources::ctf::{CtfReader, DecodeOptions, Metadata};
+use weft_synth::ctf::{Header, SynthOptions, metadata, write_trace};
 
 use super::bt2;
-use weft_sources::ctf::synth::{Header, SynthOptions, write_trace};
-use weft_sources::ctf::{CtfReader, DecodeOptions};
 
 fn read_all(dir: &std::path::Path) -> (Vec<weft_model::Event>, weft_sources::ctf::StreamStats) {
     let mut r =
@@ -107,4 +112,35 @@ fn session_with_kernel_and_ust_traces_is_read_as_one_timeline() {
     let bt = bt2::run(tmp.path(), "--clock-seconds");
     let c = bt2::compare(&evs, &bt, true);
     assert!(c.mismatches.is_empty(), "{:#?}", c.mismatches);
+}
+
+/// The metadata weft-synth writes parses and compiles as LTTng's does (which header layouts
+/// take the decoder's fast path: the unit tests of the TSDL parser).
+#[test]
+fn parses_an_lttng_style_metadata() {
+    let md = Metadata::parse(&metadata(&SynthOptions::default())).unwrap();
+    assert_eq!((md.major, md.minor), (Some(1), Some(8)));
+    assert_eq!(md.byte_order, ByteOrder::Le);
+    assert_eq!(md.uuid.map(|u| u[0]), Some(0x5e));
+    assert_eq!(md.env("hostname"), Some(&EnvValue::Str("synth".into())));
+    assert_eq!(md.env("tracer_major"), Some(&EnvValue::Int(2)));
+    assert_eq!(md.clocks.len(), 1);
+    assert_eq!(&*md.clocks[0].name, "monotonic");
+    assert_eq!(md.clocks[0].freq, 1_000_000_000);
+    assert_eq!(md.streams.len(), 1);
+    assert_eq!(md.events.len(), 5);
+    assert_eq!(md.events[1].name, "weft_synth:mixed");
+    assert_eq!(md.events[4].id, Some(70000));
+    // The event header: enum id then a variant tagged by it.
+    let Some(TypeDecl::Struct(h)) = &md.streams[0].event_header else { panic!() };
+    assert_eq!(h.min_align, 8);
+    let TypeDecl::Enum(e) = &h.fields[0].ty else { panic!() };
+    assert_eq!(e.container.size, 5);
+    assert_eq!(e.labels(31).map(|l| l.to_string()).collect::<Vec<_>>(), ["extended"]);
+    let TypeDecl::Variant(v) = &h.fields[1].ty else { panic!() };
+    assert_eq!(v.tag.as_deref(), Some(&["id".to_string()][..]));
+    let c = compile(md, Path::new("m")).unwrap();
+    assert_eq!(c.events.len(), 5);
+    assert_eq!(c.events[4].id, 70000);
+    assert_eq!(c.streams[0].clock, Some(0));
 }

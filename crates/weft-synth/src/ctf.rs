@@ -14,8 +14,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::decode::PACKET_MAGIC;
-use super::meta::{METADATA_HEADER_LEN, METADATA_MAGIC};
+use weft_sources::ctf::decode::PACKET_MAGIC;
+use weft_sources::ctf::meta::{METADATA_HEADER_LEN, METADATA_MAGIC};
 
 /// Event header layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

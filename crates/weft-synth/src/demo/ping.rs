@@ -1,4 +1,4 @@
-//! Really woven traces for the demo: the synthetic SimBricks ping of [`weft_weave::synth`]
+//! Really woven traces for the demo: the synthetic SimBricks ping of [`crate::simlog`]
 //! (client and server gem5 hosts with i40e nicbm NICs, two ns-3 switches) is written to a
 //! scratch directory and woven by weft-weave's pipeline — the code `weft weave` runs — so the
 //! demo shows what the weavers make of simulator logs: one trace per ping round, host → NIC →
@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::simlog::{self, Scenario};
 use weft_model::Span;
 use weft_weave::sink::{MemorySink, SinkSpec};
-use weft_weave::synth::Scenario;
 use weft_weave::{Run, Topology, WeaveError};
 
 /// Why the ping could not be woven.
@@ -67,8 +67,8 @@ pub fn woven_ping(rounds: u64, first_ns: u64, period_ns: u64, seed: u64) -> Resu
     for (log, bytes) in scenario.generate() {
         write(&dir.join(log.file_name()), &bytes)?;
     }
-    write(&dir.join("kernel.syms"), weft_weave::synth::kernel_syms().as_bytes())?;
-    write(&dir.join("i40e.syms"), weft_weave::synth::i40e_syms().as_bytes())?;
+    write(&dir.join("kernel.syms"), simlog::kernel_syms().as_bytes())?;
+    write(&dir.join("i40e.syms"), simlog::i40e_syms().as_bytes())?;
     // Simulated time `start_ps` is shown at `first_ns`.
     let epoch_ns = first_ns.saturating_sub(scenario.start_ps / 1000);
     let text = format!("[run]\nseed = {seed}\nepoch_ns = {epoch_ns}\n\n{}", scenario.topology("."));

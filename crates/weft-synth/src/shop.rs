@@ -98,7 +98,7 @@ fn sdk_version(lang: &str) -> &'static str {
 }
 
 /// Generator of realistic traces.
-pub struct Synth {
+pub struct Shop {
     rng: Rng,
     svcs: Vec<Svc>,
     /// Start time of the next request, ns since the epoch.
@@ -107,9 +107,9 @@ pub struct Synth {
     pub interval_ns: u64,
 }
 
-impl std::fmt::Debug for Synth {
+impl std::fmt::Debug for Shop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Synth").field("next_start_ns", &self.next_start_ns).finish()
+        f.debug_struct("Shop").field("next_start_ns", &self.next_start_ns).finish()
     }
 }
 
@@ -117,10 +117,10 @@ fn kv(k: &str, v: impl Into<Value>) -> KeyValue {
     KeyValue::new(k, v)
 }
 
-impl Synth {
+impl Shop {
     /// A generator whose first request starts at `start_ns`, one request every `interval_ns`
     /// on average.
-    pub fn new(seed: u64, start_ns: u64, interval_ns: u64) -> Synth {
+    pub fn new(seed: u64, start_ns: u64, interval_ns: u64) -> Shop {
         let mut rng = Rng::new(seed);
         let svcs = SERVICES
             .iter()
@@ -183,7 +183,7 @@ impl Synth {
                 }
             })
             .collect();
-        Synth { rng, svcs, next_start_ns: start_ns, interval_ns: interval_ns.max(1) }
+        Shop { rng, svcs, next_start_ns: start_ns, interval_ns: interval_ns.max(1) }
     }
 
     /// Generates whole traces until at least `n` spans exist.
@@ -512,8 +512,8 @@ mod tests {
 
     #[test]
     fn traces_are_well_formed_and_deterministic() {
-        let mut a = Synth::new(7, 1_700_000_000_000_000_000, 1_000_000);
-        let mut b = Synth::new(7, 1_700_000_000_000_000_000, 1_000_000);
+        let mut a = Shop::new(7, 1_700_000_000_000_000_000, 1_000_000);
+        let mut b = Shop::new(7, 1_700_000_000_000_000_000, 1_000_000);
         let mut total = 0;
         let mut errors = 0;
         for _ in 0..200 {

@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::conv;
-use crate::id::{SpanId, TraceId};
-use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
-use crate::value::{Attributes, KeyValue, Value};
+use weft_model::{
+    Attributes, KeyValue, Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Status,
+    StatusCode, TraceId, Value, conv,
+};
 
 /// A small xorshift generator (reproducible across platforms, no dependency).
 #[derive(Debug, Clone)]

@@ -12,11 +12,11 @@
 
 use std::sync::Arc;
 
+use crate::shop::Rng;
 use weft_model::{
     Attributes, KeyValue, Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Status,
     StatusCode, TraceId, Value, conv,
 };
-use weft_store::synth::Rng;
 
 fn resource(name: &str, kind: &str, tool: &str, host: &str) -> Arc<Resource> {
     let mut a = Attributes::new();

@@ -19,7 +19,6 @@ pub fn is_quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
-#[allow(dead_code)] // first user: `weft convert`
 /// A byte-progress bar over `total` bytes (a spinner when `total` is unknown).
 pub fn bytes_bar(total: Option<u64>, label: &str) -> ProgressBar {
     let bar = match total {
@@ -33,13 +32,7 @@ pub fn bytes_bar(total: Option<u64>, label: &str) -> ProgressBar {
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
         ),
     };
-    bar.set_prefix(label.to_owned());
-    if QUIET.load(Ordering::Relaxed) {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-    }
-    bar
+    labelled(bar, label)
 }
 
 /// A count-progress bar over `total` items (spans, requests) with a rate.
@@ -49,13 +42,7 @@ pub fn count_bar(total: u64, label: &str) -> ProgressBar {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    bar.set_prefix(label.to_owned());
-    if QUIET.load(Ordering::Relaxed) {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-    }
-    bar
+    labelled(bar, label)
 }
 
 /// A spinner with a message, for commands that run until stopped (`weft agent`).
@@ -64,6 +51,11 @@ pub fn spinner(label: &str) -> ProgressBar {
         ProgressStyle::with_template("{prefix} {spinner} {elapsed} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
+    labelled(bar, label)
+}
+
+/// Sets the bar's label and draws it on stderr, unless `--quiet`.
+fn labelled(bar: ProgressBar, label: &str) -> ProgressBar {
     bar.set_prefix(label.to_owned());
     if QUIET.load(Ordering::Relaxed) {
         bar.set_draw_target(ProgressDrawTarget::hidden());

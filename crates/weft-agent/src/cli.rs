@@ -1,17 +1,18 @@
-//! `weft agent`: the per-node agent — drains the weft-probe rings of the local processes, ships
-//! spans to `weft serve` through a bounded on-disk spool, reports congestion, and takes
-//! tracepoint commands from `weft probes` (local socket) and the collector's control API.
+//! The agent's command line — `weft agent` and the lean `weft-agent` binary run the same
+//! [`Args`] and [`run`]: drain the weft-probe rings of the local processes, ship spans to
+//! `weft serve` through a bounded on-disk spool, report congestion, and take tracepoint commands
+//! from `weft probes` (local socket) and the collector's control API.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use weft_agent::spool::FullPolicy;
-use weft_agent::{Agent, AgentConfig};
+use weft_cli::units::{fmt_bytes, parse_duration, parse_size};
 
-use super::units::{fmt_bytes, parse_duration, parse_size};
+use crate::spool::FullPolicy;
+use crate::{Agent, AgentConfig};
 
 /// Arguments of `weft agent`.
 #[derive(clap::Args, Debug)]
@@ -78,19 +79,38 @@ pub fn default_spool_dir() -> PathBuf {
     home.join(".local").join("state").join("weft").join("agent-spool")
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
+/// Set by the SIGINT/SIGTERM handler.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C and SIGTERM set [`STOP`] instead of ending the process.
+fn catch_stop_signals() -> anyhow::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe); `signal` takes no
+        // pointers besides the handler's address.
+        let prev =
+            unsafe { libc::signal(sig, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        if prev == libc::SIG_ERR {
+            anyhow::bail!("installing the handler of signal {sig}: {}", std::io::Error::last_os_error());
         }
     }
+    Ok(())
+}
+
+/// Sleeps up to `d`, less if a stop signal arrives; true once one has.
+fn stopped_within(d: Duration) -> bool {
+    let until = Instant::now() + d;
+    while !STOP.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    true
 }
 
 /// Runs the agent until Ctrl-C / SIGTERM.
@@ -130,17 +150,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let collector = cfg.collector.clone();
     let control = cfg.control_token.is_some();
     let spool_limit = cfg.spool.limit_bytes;
+    catch_stop_signals()?;
     let agent = Agent::start(cfg).context("starting the agent")?;
     let m = agent.metrics();
     let s0 = m.spool();
-    println!("weft agent — {} {}", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    println!("weft agent — weft {}", env!("CARGO_PKG_VERSION"));
     println!(
         "  probes     {}  (processes record here; control socket {})",
         probe_dir.display(),
         if args.no_socket {
             "off".into()
         } else {
-            weft_agent::control::socket_path(&probe_dir).display().to_string()
+            crate::control::socket_path(&probe_dir).display().to_string()
         }
     );
     println!(
@@ -165,31 +186,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("Ctrl-C stops (the last batches are spooled and, for --linger, sent).");
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let bar = crate::progress::spinner("agent");
-    rt.block_on(async {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
-        let stop = shutdown_signal();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                _ = &mut stop => break,
-                _ = tick.tick() => {
-                    let s = m.spool();
-                    bar.set_message(format!(
-                        "{} processes, {} spans built, {} sent, spool {} ({} pending){}",
-                        m.processes().len(),
-                        m.spans_built.load(Ordering::Relaxed),
-                        m.spans_sent.load(Ordering::Relaxed),
-                        fmt_bytes(s.bytes),
-                        s.pending_batches,
-                        if m.collector_up.load(Ordering::Relaxed) || collector.is_none() { "" } else { ", collector unreachable" },
-                    ));
-                    bar.tick();
-                }
-            }
+    let bar = weft_cli::progress::spinner("agent");
+    loop {
+        let s = m.spool();
+        bar.set_message(format!(
+            "{} processes, {} spans built, {} sent, spool {} ({} pending){}",
+            m.processes().len(),
+            m.spans_built.load(Ordering::Relaxed),
+            m.spans_sent.load(Ordering::Relaxed),
+            fmt_bytes(s.bytes),
+            s.pending_batches,
+            if m.collector_up.load(Ordering::Relaxed) || collector.is_none() {
+                ""
+            } else {
+                ", collector unreachable"
+            },
+        ));
+        bar.tick();
+        if stopped_within(Duration::from_millis(500)) {
+            break;
         }
-    });
+    }
     bar.finish_and_clear();
     eprintln!("stopping: spooling the last records...");
     agent.join();
