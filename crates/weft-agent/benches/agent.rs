@@ -14,9 +14,9 @@
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use weft_agent::agent::encode_batch;
-use weft_agent::convert::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 use weft_probe::consumer::Segment;
 use weft_probe::{Context, SpanKind, event, tracepoint};
+use weft_weave::probe::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 
 tracepoint!(static SERVER = "bench.server", Info, group = "bench", flags = [span, default_on]);
 tracepoint!(static CLIENT = "bench.client", Info, group = "bench", flags = [span, default_on]);

@@ -33,10 +33,10 @@ use weft_model::Span;
 use weft_probe::consumer::{self, ConsumerError, Segment};
 
 use crate::control;
-use crate::convert::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 use crate::metrics::Metrics;
 use crate::spool::{Appended, Spool, SpoolConfig, SpoolError};
 use weft_control::proto::{CommandResult, ProbeCommand, ProcessReport};
+use weft_weave::probe::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 
 /// Agent settings.
 #[derive(Debug, Clone)]
@@ -307,7 +307,7 @@ struct DrainLoop {
     dirty: bool,
     logged: HashSet<String>,
     /// Assembler counters of sources already removed.
-    removed: crate::convert::AsmStats,
+    removed: weft_weave::probe::AsmStats,
     /// Records the removed processes dropped (full rings, no ring).
     removed_drops: u64,
 }
@@ -335,7 +335,7 @@ impl DrainLoop {
             last_sweep: Instant::now(),
             dirty: false,
             logged: HashSet::new(),
-            removed: crate::convert::AsmStats::default(),
+            removed: weft_weave::probe::AsmStats::default(),
             removed_drops: 0,
         }
     }
@@ -474,7 +474,7 @@ impl DrainLoop {
         for &i in dead.iter().rev() {
             let src = self.sources.remove(i);
             let Source { seg, path, asm, .. } = src;
-            add_stats(&mut self.removed, &asm.stats());
+            self.removed.add(&asm.stats());
             self.removed_drops += seg.stats().dropped();
             match seg.remove() {
                 Ok(()) => {
@@ -606,7 +606,7 @@ impl DrainLoop {
             drops += st.dropped();
             let a = src.asm.stats();
             open += src.asm.open_spans() as u64;
-            add_stats(&mut totals, &a);
+            totals.add(&a);
             if src.enabled_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                 if let Ok(list) = src.seg.registry() {
                     src.enabled = list.iter().filter(|t| t.enabled).count() as u32;
@@ -647,18 +647,6 @@ impl DrainLoop {
         m.orphans_dropped.store(totals.orphans_dropped, Ordering::Relaxed);
         m.pins_released.store(totals.pins_released, Ordering::Relaxed);
     }
-}
-
-fn add_stats(t: &mut crate::convert::AsmStats, a: &crate::convert::AsmStats) {
-    t.spans += a.spans;
-    t.event_spans += a.event_spans;
-    t.span_events += a.span_events;
-    t.incomplete += a.incomplete;
-    t.evicted += a.evicted;
-    t.pins_released += a.pins_released;
-    t.unknown_tracepoint += a.unknown_tracepoint;
-    t.orphans_dropped += a.orphans_dropped;
-    t.truncated += a.truncated;
 }
 
 /// OTLP `ExportTraceServiceRequest` protobuf, gzip-compressed when `gzip` (what the sender

@@ -2,13 +2,13 @@
 //!
 //! The per-node agent: finds the instrumented processes on the machine (their weft-probe
 //! shared-memory segments in `/dev/shm/weft-<uid>/`), drains their rings, turns the records into
-//! spans, and ships them to the collector (`weft serve`) through a bounded on-disk spool; it
-//! reports the processes' buffer occupancy and drops, and switches their tracepoints on request
-//! — from `weft probes` over a local socket or from the collector's control API.
+//! spans (with `weft_weave::probe`, where the mapping table is), and ships them to the
+//! collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
+//! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
+//! local socket or from the collector's control API.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
 //!   restarts, commits).
-//! * [`convert`]: probe records → [`weft_model::Span`] (the mapping table is there).
 //! * [`spool`]: the store-and-forward spool (bounded; drops are explicit and counted).
 //! * [`ship`]: the sender (OTLP/HTTP protobuf to the collector's existing receiver, through
 //!   `weft_weave::export`'s client and retry policy).
@@ -29,7 +29,6 @@ pub mod agent;
 pub mod cli;
 pub mod collector;
 pub mod control;
-pub mod convert;
 pub mod metrics;
 pub mod ship;
 pub mod spool;

@@ -159,6 +159,11 @@ impl SpanId {
             .map(SpanId)
             .map_err(|_| id_error("span id", "must be 8 bytes", &hex::encode(b)))
     }
+    /// The `n`th span id of a sequence seeded by `seed` (deterministic, never invalid):
+    /// spans weft derives from records or other spans get their ids this way.
+    pub fn derived(seed: u64, n: u64) -> Self {
+        SpanId::from_u64(mix2(seed.rotate_left(17), n))
+    }
     /// A fresh random id (never invalid).
     pub fn random() -> Self {
         SpanId::from_u64(next_random() | 1)
@@ -229,7 +234,7 @@ impl<'de> serde::Deserialize<'de> for SpanId {
 /// Ids need to be unique and well spread, not cryptographic.
 fn next_random() -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0);
-    let mut s = STATE.load(Ordering::Relaxed);
+    let s = STATE.load(Ordering::Relaxed);
     if s == 0 {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -238,17 +243,17 @@ fn next_random() -> u64 {
         let seed = t ^ ((std::process::id() as u64) << 32) ^ (&STATE as *const _ as u64);
         let _ = STATE.compare_exchange(0, seed | 1, Ordering::Relaxed, Ordering::Relaxed);
     }
-    s = STATE.fetch_add(SplitMix64::GAMMA, Ordering::Relaxed);
-    mix64(s)
+    mix64(STATE.fetch_add(SplitMix64::GAMMA, Ordering::Relaxed))
 }
 
-/// splitmix64's step and output function in one: `z` advanced by [`SplitMix64::GAMMA`], then
-/// mixed (a fast, well-mixing bijection on u64).
+/// splitmix64: a fast, well-mixing bijection on u64. Every id weft derives from other ids,
+/// seeds or counters (woven spans, kernel spans, probe records) goes through it, so the same
+/// input gives the same ids on every run.
 #[inline]
-pub fn mix64(z: u64) -> u64 {
-    let mut z = z.wrapping_add(SplitMix64::GAMMA);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+pub fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(SplitMix64::GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
 
@@ -274,6 +279,44 @@ impl SplitMix64 {
         r
     }
 }
+
+/// Two values mixed into one well-spread, non-zero u64 (`mix2(seed, n)`: the `n`th id of a
+/// seeded sequence).
+#[inline]
+pub fn mix2(a: u64, b: u64) -> u64 {
+    mix64(a ^ b.rotate_left(29)).max(1)
+}
+
+/// A hasher for maps keyed by ids weft made or read (span ids, sequential local ids): one
+/// multiply, no SipHash (the ids are random or sequential, not keys an attacker picks to
+/// collide).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(SplitMix64::GAMMA);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(SplitMix64::GAMMA).rotate_left(29);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64)
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64)
+    }
+}
+
+/// A `HashMap` keyed by ids, hashed with [`IdHasher`].
+pub type IdMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A `HashSet` of ids, hashed with [`IdHasher`].
+pub type IdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<IdHasher>>;
 
 #[cfg(test)]
 mod tests {

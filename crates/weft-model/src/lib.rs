@@ -11,7 +11,7 @@
 //!   (annotations) and [`Link`]s with a [`LinkRelation`].
 //! * [`event`]: low-level [`Event`]s normalized per component kind (host, NIC, network,
 //!   kernel, tracepoint), which sources emit and weavers turn into spans.
-//! * [`conv`]: the attribute keys weft uses.
+//! * [`conv`]: the attribute keys weft uses; [`kernel`]: those of kernel spans.
 //! * [`codec`]: the trace formats weft reads and writes (OTLP protobuf and JSON, ...), each
 //!   module with its mapping table: which field goes where, what is lost in each direction.
 //!
@@ -23,6 +23,7 @@ pub mod codec;
 pub mod conv;
 pub mod event;
 pub mod id;
+pub mod kernel;
 pub mod span;
 pub mod time;
 pub mod value;

@@ -17,38 +17,10 @@
 //! [`Limits::waiting`] (past it the oldest waiting group is exported early under its parent's
 //! provisional trace, counted in [`AssembleStats::forced`]).
 
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::VecDeque;
 
+use weft_model::id::{IdMap, mix64};
 use weft_model::{Link, LinkRelation, Span, SpanId, TraceId};
-
-/// A hasher for sequential integer ids: one multiply, no SipHash (the maps of the weave are
-/// keyed by ids weft made itself, not by input an attacker chooses).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(v as u64)
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64)
-    }
-}
-
-/// A `HashMap` keyed by weft's own ids.
-pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// A span's id inside one run (1, 2, ...; 0 is never used).
 pub type LocalId = u64;
@@ -105,15 +77,6 @@ pub struct Assembler {
     limits: Limits,
     stats: AssembleStats,
     pending_out: Vec<Span>,
-}
-
-/// splitmix64: a fast, well-mixing bijection on u64.
-#[inline]
-pub fn mix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 impl Assembler {

@@ -1,8 +1,10 @@
 //! # weft-weave
 //!
-//! Weaves simulator logs (gem5, SimBricks nicbm, ns-3, QEMU) into end-to-end traces — weft's
-//! implementation of Columbo. Offline (files) and online (named pipes written while the
-//! simulation runs) are the same code.
+//! Events become spans here, and only here. Weaves simulator logs (gem5, SimBricks nicbm,
+//! ns-3, QEMU) into end-to-end traces — weft's implementation of Columbo; offline (files) and
+//! online (named pipes written while the simulation runs) are the same code. It also holds the
+//! other event → span assemblies: BlkKin's LTTng events ([`blkin`]), kernel events
+//! ([`kernel`]) and weft-probe records ([`probe`], from an agent's rings or a capture file).
 //!
 //! ```text
 //!  source threads (one per log)           merge thread            weave thread          sink threads
@@ -26,6 +28,9 @@
 //! * [`render`]: a compact text rendering of woven traces (trees with names, components,
 //!   durations and links) used by golden tests and `weft weave --tree`.
 //! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans.
+//! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans.
+//! * [`probe`]: weft-probe records → application spans (the agent's drain and `weft import`
+//!   of an in-process capture file).
 //!
 //! # Span conventions
 //!
@@ -124,8 +129,10 @@ pub mod actor;
 pub mod assemble;
 pub mod blkin;
 pub mod export;
+pub mod kernel;
 pub mod merge;
 pub mod pipeline;
+pub mod probe;
 pub mod sink;
 pub mod topology;
 pub mod weaver;

@@ -1,7 +1,6 @@
 //! weft-agent integration tests (one binary).
 
 mod bin;
-mod convert;
 mod local;
 mod ship;
 mod spool;

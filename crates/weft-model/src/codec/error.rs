@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::span::Span;
+
 /// Where in the input an error was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Position {
@@ -241,6 +243,25 @@ pub(crate) enum Mode {
     Strict,
     /// Bad spans are counted in [`Rejected`] and skipped.
     Lenient,
+}
+
+/// A whole input decoded strictly: `decode` fills the spans; the first bad span fails it.
+pub(crate) fn strict(
+    decode: impl FnOnce(Mode, &mut Vec<Span>, &mut Rejected) -> Result<(), CodecError>,
+) -> Result<Vec<Span>, CodecError> {
+    let mut out = Vec::new();
+    decode(Mode::Strict, &mut out, &mut Rejected::default())?;
+    Ok(out)
+}
+
+/// A whole input decoded leniently: `decode` fills the spans and counts the bad ones.
+pub(crate) fn lenient(
+    decode: impl FnOnce(Mode, &mut Vec<Span>, &mut Rejected) -> Result<(), CodecError>,
+) -> Result<(Vec<Span>, Rejected), CodecError> {
+    let mut out = Vec::new();
+    let mut rejected = Rejected::default();
+    decode(Mode::Lenient, &mut out, &mut rejected)?;
+    Ok((out, rejected))
 }
 
 /// Collects spans and rejections for one decode call.

@@ -26,10 +26,11 @@ use std::sync::Arc;
 use base64::Engine;
 use serde::Deserialize;
 
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
+use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
 use crate::codec::jsonscan::{ArrayStream, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
+use crate::codec::stream::read_all;
 use crate::codec::stream::{ExternalSorter, SpanWriter, WriterOptions};
 use crate::codec::{Losses, zipkin};
 use crate::conv;
@@ -54,20 +55,12 @@ pub const LOST_SCOPE_ATTRS: &str = "scope attributes dropped";
 
 /// Decodes a Jaeger JSON document; fails on the first span it cannot accept.
 pub fn decode_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
-    let mut r = JaegerReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Strict, &mut out, &mut rejected)? {}
-    Ok(out)
+    strict(read_all(JaegerReader::new(bytes)))
 }
 
 /// Decodes a Jaeger JSON document, skipping (and counting) spans with invalid ids.
 pub fn decode_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
-    let mut r = JaegerReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
-    Ok((out, rejected))
+    lenient(read_all(JaegerReader::new(bytes)))
 }
 
 /// Encodes spans as a Jaeger JSON document (grouped by trace, traces in order of first

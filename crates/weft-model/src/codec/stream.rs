@@ -278,6 +278,17 @@ next_into!(zipkin::v2::V2JsonReader<R>);
 next_into!(zipkin::v1::V1JsonReader<R>);
 next_into!(jaeger::JaegerReader<R>);
 
+/// Decodes a whole input with a record-at-a-time reader (for [`super::error::strict`] and
+/// [`super::error::lenient`]).
+pub(crate) fn read_all(
+    mut r: impl NextInto,
+) -> impl FnOnce(Mode, &mut Vec<Span>, &mut Rejected) -> Result<(), CodecError> {
+    move |mode, out, rejected| {
+        while r.next_into(mode, out, rejected)? {}
+        Ok(())
+    }
+}
+
 struct Each<T> {
     inner: T,
     mode: Mode,

@@ -31,7 +31,8 @@ use weft_model::event::HostEvent;
 
 use super::links::{Ctx, PcieMode};
 use super::{Building, Cx, Ident, attr, class, int};
-use crate::assemble::{IdMap, LocalId};
+use crate::assemble::LocalId;
+use weft_model::id::IdMap;
 
 struct Call {
     b: Building,

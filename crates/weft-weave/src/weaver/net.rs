@@ -41,7 +41,8 @@ use weft_model::{Event, conv};
 
 use super::links::Ctx;
 use super::{Building, Cx, Ident, int};
-use crate::assemble::{IdMap, LocalId};
+use crate::assemble::LocalId;
+use weft_model::id::IdMap;
 
 type JourneyId = u64;
 

@@ -7,6 +7,8 @@ mod blkin;
 mod export;
 mod fifo;
 mod golden;
+mod kernel;
+mod probe;
 mod props;
 mod sink;
 mod topology;

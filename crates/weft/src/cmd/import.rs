@@ -1,5 +1,11 @@
 //! `weft import`: brings recorded traces into weft.
 //!
+//! `weft import probe PATH` reads weft-probe capture files — what a program instrumented with
+//! weft-probe (Rust or C) writes in in-process mode, without an agent — and assembles their
+//! records into spans ([`weft_weave::probe`]); the outputs and the summary are those of the
+//! CTF import below. PATH is a capture file or a directory: its files that are captures (by
+//! their content, or the `.wcap` extension) are imported.
+//!
 //! `weft import ctf TRACE_DIR` reads CTF 1.8 traces — an LTTng session's output directory
 //! (`ust/uid/<uid>/64-bit/`, `ust/pid/…/`, `kernel/`) or any directory with CTF traces
 //! (`metadata` + stream files) below it — and writes
@@ -16,18 +22,20 @@
 //! discarded events and missing packets).
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use weft_model::codec::stream::{Format, SpanWriter, WriterOptions, writer};
 use weft_model::{Event, EventKind, SourceId, Span};
+use weft_probe::capture::Capture;
 use weft_sources::ctf::{CtfTrace, DecodeOptions, Merged, StreamDecoder, StreamStats, open_traces};
 use weft_store::{Store, StoreConfig, StoreError};
 use weft_weave::blkin::{BlkkinStats, BlkkinWeaver};
 use weft_weave::export::{Client, ClientOptions, Jitter, Outcome, Retries, RetryPolicy, Rng};
+use weft_weave::probe::{AsmStats, CaptureOptions, CaptureStats, assemble_capture};
 
 /// Arguments of `weft import`.
 #[derive(clap::Args, Debug)]
@@ -41,6 +49,18 @@ pub struct Args {
 pub enum Kind {
     /// CTF 1.8 traces (LTTng-UST, LTTng kernel): BlkKin spans and every event.
     Ctf(CtfArgs),
+    /// weft-probe capture files (in-process mode, no agent): spans and every record.
+    Probe(ProbeArgs),
+}
+
+/// Arguments of `weft import probe`.
+#[derive(clap::Args, Debug)]
+pub struct ProbeArgs {
+    /// A capture file, or a directory of them (files that start with the capture magic or end
+    /// in `.wcap`).
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub out: Outputs,
 }
 
 /// Arguments of `weft import ctf`.
@@ -48,6 +68,16 @@ pub enum Kind {
 pub struct CtfArgs {
     /// A trace directory: an LTTng session's output, or any directory with CTF traces below it.
     pub trace_dir: PathBuf,
+    /// Decoding threads (0: one per CPU, at most one per stream file; 1: a time-ordered merge).
+    #[arg(long, default_value_t = 0)]
+    pub jobs: usize,
+    #[command(flatten)]
+    pub out: Outputs,
+}
+
+/// Where an import goes, and how strict it is (shared by every `weft import`).
+#[derive(clap::Args, Debug)]
+pub struct Outputs {
     /// Write the spans to this file (format from the name — `x.zipkin.json`, `x.jaeger.json`,
     /// `x.pb`, ...; plain `.json` is OTLP/JSON — or --format).
     #[arg(long)]
@@ -65,12 +95,9 @@ pub struct CtfArgs {
     /// Send the spans to a running weft (or any OTLP/HTTP receiver) at this base URL.
     #[arg(long)]
     pub server: Option<String>,
-    /// Stop at the first corrupt packet (default: skip it, count it, go on).
+    /// Stop at the first corrupt packet or record (default: skip it, count it, go on).
     #[arg(long)]
     pub strict: bool,
-    /// Decoding threads (0: one per CPU, at most one per stream file; 1: a time-ordered merge).
-    #[arg(long, default_value_t = 0)]
-    pub jobs: usize,
     /// Only spans: do not keep the raw events.
     #[arg(long)]
     pub no_events: bool,
@@ -83,6 +110,7 @@ pub struct CtfArgs {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.kind {
         Kind::Ctf(a) => ctf(a),
+        Kind::Probe(a) => probe(a),
     }
 }
 
@@ -95,80 +123,80 @@ enum SpanSink {
     Server(ServerSink),
 }
 
-fn ctf(args: CtfArgs) -> anyhow::Result<()> {
-    if args.to.is_none() && args.events_to.is_none() && args.data_dir.is_none() && args.server.is_none() {
-        bail!(
-            "say where the trace goes: --to FILE (spans), --events-to FILE, --data-dir DIR or --server URL"
-        );
+impl Outputs {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.to.is_none() && self.events_to.is_none() && self.data_dir.is_none() && self.server.is_none() {
+            bail!(
+                "say where the trace goes: --to FILE (spans), --events-to FILE, --data-dir DIR or --server URL"
+            );
+        }
+        Ok(())
     }
+
+    /// The span sinks, the store and the events file.
+    #[allow(clippy::type_complexity)]
+    fn open(
+        &self,
+    ) -> anyhow::Result<(Vec<SpanSink>, Option<Store>, Option<std::io::BufWriter<std::fs::File>>)> {
+        let mut span_files: Vec<SpanSink> = Vec::new();
+        if let Some(path) = &self.to {
+            let format = match &self.format {
+                Some(f) => Format::parse(f).with_context(|| format!("unknown format {f:?}"))?,
+                None => Format::from_path(path)
+                    .or_else(|| path.extension().is_some_and(|e| e == "json").then_some(Format::OtlpJson))
+                    .with_context(|| {
+                        format!("cannot tell the format of {} from its name: give --format", path.display())
+                    })?,
+            };
+            let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            span_files.push(SpanSink::File(writer(
+                format,
+                std::io::BufWriter::new(f),
+                WriterOptions::default(),
+            )?));
+        }
+        if let Some(url) = &self.server {
+            let client =
+                Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
+            span_files.push(SpanSink::Server(ServerSink {
+                client,
+                retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()),
+            }));
+        }
+        let store = match &self.data_dir {
+            Some(dir) => Some(
+                Store::open(StoreConfig::new(dir)).with_context(|| format!("opening {}", dir.display()))?,
+            ),
+            None => None,
+        };
+        let events_file = match &self.events_to {
+            Some(p) => Some(std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            )),
+            None => None,
+        };
+        Ok((span_files, store, events_file))
+    }
+}
+
+fn ctf(args: CtfArgs) -> anyhow::Result<()> {
+    args.out.check()?;
     let started = Instant::now();
     let traces =
         open_traces(&args.trace_dir).with_context(|| format!("reading {}", args.trace_dir.display()))?;
-    let opts = DecodeOptions { strict: args.strict, ..DecodeOptions::default() };
+    let opts = DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() };
     let mut decoders = Vec::new();
     for t in &traces {
         decoders.extend(t.decoders(&opts)?);
     }
     let total_bytes: u64 = decoders.iter().map(StreamDecoder::len).sum();
     let streams = decoders.len();
-
-    // Sinks.
-    let mut span_files: Vec<SpanSink> = Vec::new();
-    if let Some(path) = &args.to {
-        let format = match &args.format {
-            Some(f) => Format::parse(f).with_context(|| format!("unknown format {f:?}"))?,
-            None => Format::from_path(path)
-                .or_else(|| path.extension().is_some_and(|e| e == "json").then_some(Format::OtlpJson))
-                .with_context(|| {
-                    format!("cannot tell the format of {} from its name: give --format", path.display())
-                })?,
-        };
-        let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        span_files.push(SpanSink::File(writer(
-            format,
-            std::io::BufWriter::new(f),
-            WriterOptions::default(),
-        )?));
-    }
-    if let Some(url) = &args.server {
-        let client =
-            Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
-        span_files.push(SpanSink::Server(ServerSink {
-            client,
-            retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()),
-        }));
-    }
-    let store = match &args.data_dir {
-        Some(dir) => {
-            Some(Store::open(StoreConfig::new(dir)).with_context(|| format!("opening {}", dir.display()))?)
-        }
-        None => None,
-    };
-    let mut events_file = match &args.events_to {
-        Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => None,
-    };
-    let keep_events = !args.no_events && (store.is_some() || events_file.is_some());
+    let (span_files, store, mut events_file) = args.out.open()?;
+    let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
 
     let bar = weft_cli::progress::bytes_bar(Some(total_bytes), "ctf");
-    let mut imp = Importer {
-        weaver: BlkkinWeaver::default(),
-        span_sinks: span_files,
-        store: store.as_ref(),
-        events_file: events_file.as_mut(),
-        keep_events,
-        pending_spans: Vec::new(),
-        spans_out: 0,
-        events: 0,
-        events_out: 0,
-        by_name: HashMap::new(),
-        first_ns: u64::MAX,
-        last_ns: 0,
-        line: Vec::new(),
-    };
-    let source = SourceId(args.source_id);
+    let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
+    let source = SourceId(args.out.source_id);
     let jobs = match args.jobs {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(streams.max(1)),
         n => n.min(streams.max(1)),
@@ -200,10 +228,145 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
         s.close().context("flushing the data directory")?;
     }
     summary(&args, &traces, streams, jobs, &stats, &bstats, spans, &imp_counts(&imp), started.elapsed());
-    if stats.errors > 0 && args.strict {
+    if stats.errors > 0 && args.out.strict {
         bail!("decoding errors");
     }
     Ok(())
+}
+
+/// One capture file imported.
+struct CaptureReport {
+    path: PathBuf,
+    service: String,
+    pid: u32,
+    tracepoints: usize,
+    stats: CaptureStats,
+}
+
+fn probe(args: ProbeArgs) -> anyhow::Result<()> {
+    args.out.check()?;
+    let started = Instant::now();
+    let files = capture_files(&args.path)?;
+    let (span_files, store, mut events_file) = args.out.open()?;
+    let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
+    let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
+    let opts = CaptureOptions {
+        strict: args.out.strict,
+        events: true,
+        source: SourceId(args.out.source_id),
+        ..CaptureOptions::default()
+    };
+    let bar = weft_cli::progress::count_bar(files.len() as u64, "captures");
+    let mut reports = Vec::new();
+    for path in &files {
+        let cap = Capture::read(path)?;
+        let stats = assemble_capture(&cap, path, &opts, |events, spans| imp.batch_with_spans(events, spans))?;
+        reports.push(CaptureReport {
+            path: path.clone(),
+            service: cap.service.clone(),
+            pid: cap.pid,
+            tracepoints: cap.tracepoints.len(),
+            stats,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let (spans, _) = imp.finish()?;
+    if let Some(s) = &store {
+        s.close().context("flushing the data directory")?;
+    }
+    probe_summary(&args.out, &reports, spans, &imp_counts(&imp), started.elapsed());
+    Ok(())
+}
+
+/// `path` if it is a capture, or the captures in directory `path` (by content or `.wcap`).
+fn capture_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let is_capture = |p: &Path| -> bool {
+        let mut head = [0u8; 8];
+        let magic = std::fs::File::open(p).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+            && head == weft_probe::capture::CAPTURE_MAGIC;
+        magic || p.extension().is_some_and(|e| e == "wcap")
+    };
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_dir() {
+        if !is_capture(path) {
+            bail!("{}: not a weft-probe capture (no WEFTCAP1 magic)", path.display());
+        }
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))? {
+        let p = e.with_context(|| format!("reading {}", path.display()))?.path();
+        if p.is_file() && is_capture(&p) {
+            files.push(p);
+        }
+    }
+    if files.is_empty() {
+        bail!("{}: no weft-probe capture files in it", path.display());
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn probe_summary(out: &Outputs, reports: &[CaptureReport], spans: u64, c: &Counts, took: Duration) {
+    let secs = took.as_secs_f64().max(1e-9);
+    let records: u64 = reports.iter().map(|r| r.stats.records).sum();
+    println!(
+        "imported {records} records from {} capture(s) in {secs:.2} s ({:.2} M records/s)",
+        reports.len(),
+        records as f64 / secs / 1e6,
+    );
+    for r in reports {
+        println!(
+            "  {}: service {}, pid {}, {} tracepoints, {} records",
+            r.path.display(),
+            r.service,
+            r.pid,
+            r.tracepoints,
+            r.stats.records
+        );
+    }
+    summary_events(c);
+    let mut a = AsmStats::default();
+    for r in reports {
+        a.add(&r.stats.assembler);
+    }
+    let mut notes = Vec::new();
+    if a.event_spans > 0 {
+        notes.push(format!("{} from standalone events", a.event_spans));
+    }
+    if a.incomplete > 0 {
+        notes.push(format!("{} incomplete (a start or end missing)", a.incomplete));
+    }
+    if a.orphans_dropped > 0 {
+        notes.push(format!("{} known only from annotations, dropped", a.orphans_dropped));
+    }
+    if a.unknown_tracepoint > 0 {
+        notes.push(format!("{} records of unregistered tracepoints", a.unknown_tracepoint));
+    }
+    if a.truncated > 0 {
+        notes.push(format!("{} events or attributes over the per-span limits", a.truncated));
+    }
+    println!(
+        "  weft-probe: {records} records → {spans} spans{}",
+        if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) }
+    );
+    let dropped: u64 = reports.iter().map(|r| r.stats.producer_dropped).sum();
+    if dropped > 0 {
+        println!(
+            "  producer losses: {dropped} records dropped by the process (full rings: raise the ring size)"
+        );
+    }
+    let bad: u64 = reports.iter().map(|r| r.stats.bad_records).sum();
+    if bad > 0 {
+        println!("  decoding errors: {bad} records skipped");
+        for r in reports {
+            for s in &r.stats.error_samples {
+                println!("    {}: {s}", r.path.display());
+            }
+        }
+    }
+    summary_wrote(out, spans, c);
 }
 
 /// Decodes the streams on `jobs` threads (each owning some stream files) into event batches.
@@ -319,8 +482,55 @@ fn imp_counts(imp: &Importer<'_>) -> Counts {
     }
 }
 
-impl Importer<'_> {
+impl<'a> Importer<'a> {
+    fn new(
+        span_sinks: Vec<SpanSink>,
+        store: Option<&'a Store>,
+        events_file: Option<&'a mut std::io::BufWriter<std::fs::File>>,
+        keep_events: bool,
+    ) -> Importer<'a> {
+        Importer {
+            weaver: BlkkinWeaver::default(),
+            span_sinks,
+            store,
+            events_file,
+            keep_events,
+            pending_spans: Vec::new(),
+            spans_out: 0,
+            events: 0,
+            events_out: 0,
+            by_name: HashMap::new(),
+            first_ns: u64::MAX,
+            last_ns: 0,
+            line: Vec::new(),
+        }
+    }
+
+    /// Events of a CTF trace: counted, kept, and woven (BlkKin).
     fn batch(&mut self, events: &[Event]) -> anyhow::Result<()> {
+        self.events(events)?;
+        for e in events {
+            self.weaver.push(e);
+        }
+        self.weaver.drain(&mut self.pending_spans);
+        if self.pending_spans.len() >= SPAN_BATCH {
+            self.flush_spans()?;
+        }
+        Ok(())
+    }
+
+    /// Events and the spans made of them elsewhere (a capture's records).
+    fn batch_with_spans(&mut self, events: &[Event], spans: &mut Vec<Span>) -> anyhow::Result<()> {
+        self.events(events)?;
+        self.pending_spans.append(spans);
+        if self.pending_spans.len() >= SPAN_BATCH {
+            self.flush_spans()?;
+        }
+        Ok(())
+    }
+
+    /// Counts `events` and writes them to the event outputs.
+    fn events(&mut self, events: &[Event]) -> anyhow::Result<()> {
         for e in events {
             self.events += 1;
             self.first_ns = self.first_ns.min(e.time_ns);
@@ -333,7 +543,6 @@ impl Importer<'_> {
                     }
                 }
             }
-            self.weaver.push(e);
         }
         if self.keep_events {
             if let Some(store) = self.store {
@@ -348,10 +557,6 @@ impl Importer<'_> {
                 }
             }
             self.events_out += events.len() as u64;
-        }
-        self.weaver.drain(&mut self.pending_spans);
-        if self.pending_spans.len() >= SPAN_BATCH {
-            self.flush_spans()?;
         }
         Ok(())
     }
@@ -479,19 +684,7 @@ fn summary(
             t.compiled.events.len()
         );
     }
-    if c.first_ns <= c.last_ns {
-        println!(
-            "  time span: {:.6} s (first event at {} ns since the epoch)",
-            (c.last_ns - c.first_ns) as f64 / 1e9,
-            c.first_ns
-        );
-    }
-    for (name, n) in c.by_name.iter().take(10) {
-        println!("  {n:>10}  {name}");
-    }
-    if c.by_name.len() > 10 {
-        println!("  ... and {} more event names", c.by_name.len() - 10);
-    }
+    summary_events(c);
     println!(
         "  BlkKin: {} events → {} spans{}{}",
         b.events,
@@ -518,20 +711,42 @@ fn summary(
             println!("    {s}");
         }
     }
+    summary_wrote(&args.out, spans, c);
+}
+
+/// The summary's lines about the events: their time span and the most frequent names.
+fn summary_events(c: &Counts) {
+    if c.first_ns <= c.last_ns {
+        println!(
+            "  time span: {:.6} s (first event at {} ns since the epoch)",
+            (c.last_ns - c.first_ns) as f64 / 1e9,
+            c.first_ns
+        );
+    }
+    for (name, n) in c.by_name.iter().take(10) {
+        println!("  {n:>10}  {name}");
+    }
+    if c.by_name.len() > 10 {
+        println!("  ... and {} more event names", c.by_name.len() - 10);
+    }
+}
+
+/// The summary's last line: what went where.
+fn summary_wrote(out: &Outputs, spans: u64, c: &Counts) {
     let mut wrote = Vec::new();
-    if let Some(p) = &args.to {
+    if let Some(p) = &out.to {
         wrote.push(format!("{spans} spans to {}", p.display()));
     }
-    if let Some(u) = &args.server {
+    if let Some(u) = &out.server {
         wrote.push(format!("{spans} spans to {u}"));
     }
-    if let Some(d) = &args.data_dir {
+    if let Some(d) = &out.data_dir {
         wrote.push(format!("{spans} spans and {} events to {}", c.events_out, d.display()));
     }
-    if let Some(p) = &args.events_to {
+    if let Some(p) = &out.events_to {
         wrote.push(format!("{} events to {}", c.events_out, p.display()));
     }
-    if args.server.is_some() && args.data_dir.is_none() && args.events_to.is_none() && !args.no_events {
+    if out.server.is_some() && out.data_dir.is_none() && out.events_to.is_none() && !out.no_events {
         wrote.push("raw events not kept (a server takes spans only: add --data-dir or --events-to)".into());
     }
     println!("  wrote {}", wrote.join("; "));

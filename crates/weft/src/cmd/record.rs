@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use weft_analyze::kernel::{AttributionOptions, KernelSpanOptions, attribute, kernel_spans};
+use weft_analyze::kernel::{AttributionOptions, attribute};
 use weft_model::codec::stream::{self, Format};
 use weft_model::{Event, Span};
 use weft_sources::perf::{Capture, CaptureConfig, StoppedChild, Target, UprobeTarget, exist, syscall_name};
+use weft_weave::kernel::{KernelSpanOptions, kernel_spans};
 
 use weft_cli::units;
 

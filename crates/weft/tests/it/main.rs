@@ -11,6 +11,7 @@ mod common;
 mod convert;
 mod crash;
 mod import_ctf;
+mod import_probe;
 mod peers;
 mod record;
 mod serve;

@@ -29,9 +29,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
+use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
 use crate::codec::jsonscan::{ArrayStream, Start, element_error};
 use crate::codec::jsonw as w;
+use crate::codec::stream::read_all;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
 use crate::value::{Attributes, KeyValue, Str, Value};
@@ -46,11 +47,7 @@ pub fn decode_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
     if let Some(spans) = decode_fast(bytes) {
         return Ok(spans);
     }
-    let mut r = JsonReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Strict, &mut out, &mut rejected)? {}
-    Ok(out)
+    strict(read_all(JsonReader::new(bytes)))
 }
 
 /// Decodes an OTLP/JSON document, skipping (and counting) spans with invalid ids.
@@ -58,11 +55,7 @@ pub fn decode_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecE
     if let Some(spans) = decode_fast(bytes) {
         return Ok((spans, Rejected::default()));
     }
-    let mut r = JsonReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
-    Ok((out, rejected))
+    lenient(read_all(JsonReader::new(bytes)))
 }
 
 /// The fast path for a whole document in memory that is one request object of valid spans

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use prost::Message;
 
-use super::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
+use super::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
 use crate::conv;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
@@ -96,19 +96,13 @@ impl RpcStatus {
 /// Decodes an `ExportTraceServiceRequest` (or `TracesData`) protobuf; fails on the first
 /// invalid span.
 pub fn decode_proto(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
-    let mut rejected = Rejected::default();
-    let mut out = Vec::new();
-    decode_proto_into(bytes, Mode::Strict, &mut out, &mut rejected)?;
-    Ok(out)
+    strict(|mode, out, rejected| decode_proto_into(bytes, mode, out, rejected))
 }
 
 /// Decodes an `ExportTraceServiceRequest` protobuf, skipping (and counting) spans with
 /// invalid ids. Malformed protobuf still fails the whole payload.
 pub fn decode_proto_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
-    let mut rejected = Rejected::default();
-    let mut out = Vec::new();
-    decode_proto_into(bytes, Mode::Lenient, &mut out, &mut rejected)?;
-    Ok((out, rejected))
+    lenient(|mode, out, rejected| decode_proto_into(bytes, mode, out, rejected))
 }
 
 fn decode_proto_into(

@@ -12,7 +12,7 @@ use prost::Message;
 
 use super::{Endpoint, Interner, ZSpan};
 use crate::codec::Losses;
-use crate::codec::error::{CodecError, ErrorKind, Mode, Position, Rejected, Sink};
+use crate::codec::error::{CodecError, ErrorKind, Mode, Position, Rejected, Sink, lenient, strict};
 use crate::codec::otlp::wire;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Span, SpanKind};
@@ -101,17 +101,12 @@ pub struct ListOfSpans {
 
 /// Decodes a `ListOfSpans`; fails on the first span it cannot accept.
 pub fn decode_v2_proto(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
-    let mut out = Vec::new();
-    decode_into(bytes, Mode::Strict, &mut out, &mut Rejected::default())?;
-    Ok(out)
+    strict(|mode, out, rejected| decode_into(bytes, mode, out, rejected))
 }
 
 /// Decodes a `ListOfSpans`, skipping (and counting) spans it cannot accept.
 pub fn decode_v2_proto_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    decode_into(bytes, Mode::Lenient, &mut out, &mut rejected)?;
-    Ok((out, rejected))
+    lenient(|mode, out, rejected| decode_into(bytes, mode, out, rejected))
 }
 
 fn decode_into(

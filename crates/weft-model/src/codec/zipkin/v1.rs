@@ -31,9 +31,10 @@ use serde::Deserialize;
 use serde::de::{self, Visitor};
 
 use super::{Endpoint, Interner, ZSpan};
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
+use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
 use crate::codec::jsonscan::{ArrayStream, element_error};
 use crate::codec::otlp::json::Num;
+use crate::codec::stream::read_all;
 use crate::id::{SpanId, TraceId};
 use crate::span::{Span, SpanKind};
 use crate::value::{Str, Value};
@@ -43,20 +44,12 @@ const EXPECTED: &str = "a Zipkin v1 JSON array of spans ('[')";
 
 /// Decodes Zipkin v1 JSON; fails on the first span it cannot accept.
 pub fn decode_v1_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
-    let mut r = V1JsonReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Strict, &mut out, &mut rejected)? {}
-    Ok(out)
+    strict(read_all(V1JsonReader::new(bytes)))
 }
 
 /// Decodes Zipkin v1 JSON, skipping (and counting) spans it cannot accept.
 pub fn decode_v1_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), CodecError> {
-    let mut r = V1JsonReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
-    Ok((out, rejected))
+    lenient(read_all(V1JsonReader::new(bytes)))
 }
 
 /// Streaming reader: one v1 span (one or two weft spans) at a time.

@@ -10,10 +10,11 @@ use serde::de::{self, MapAccess, Visitor};
 
 use super::{Endpoint, Interner, ZSpan};
 use crate::codec::Losses;
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink};
+use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
 use crate::codec::jsonscan::{ArrayStream, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
+use crate::codec::stream::read_all;
 use crate::span::{Span, SpanKind};
 use crate::value::Str;
 
@@ -25,11 +26,7 @@ pub fn decode_v2_json(bytes: &[u8]) -> Result<Vec<Span>, CodecError> {
     if let Some(spans) = super::scan::decode(bytes).or_else(|| decode_fast(bytes)) {
         return Ok(spans);
     }
-    let mut r = V2JsonReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Strict, &mut out, &mut rejected)? {}
-    Ok(out)
+    strict(read_all(V2JsonReader::new(bytes)))
 }
 
 /// Decodes Zipkin v2 JSON, skipping (and counting) spans it cannot accept — invalid ids, or
@@ -38,11 +35,7 @@ pub fn decode_v2_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), Cod
     if let Some(spans) = super::scan::decode(bytes).or_else(|| decode_fast(bytes)) {
         return Ok((spans, Rejected::default()));
     }
-    let mut r = V2JsonReader::new(bytes);
-    let mut out = Vec::new();
-    let mut rejected = Rejected::default();
-    while r.next_into(Mode::Lenient, &mut out, &mut rejected)? {}
-    Ok((out, rejected))
+    lenient(read_all(V2JsonReader::new(bytes)))
 }
 
 /// The serde path for a whole document in memory (after [`super::scan`], the fastest) that is one well-formed array of valid spans

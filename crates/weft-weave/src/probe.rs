@@ -1,6 +1,8 @@
-//! Probe records → [`weft_model::Span`]s.
+//! weft-probe records → [`weft_model::Span`]s.
 //!
-//! One [`Assembler`] per attached process. A span is built from its records — `SPAN_START`,
+//! One [`Assembler`] per process: the agent keeps one per attached segment and feeds it the
+//! records it drains; [`capture_spans`] feeds it a whole in-process capture file
+//! (`weft_probe::capture`). A span is built from its records — `SPAN_START`,
 //! annotations, key/value annotations, the endpoint, events recorded while it was current, and
 //! `SPAN_END` — and emitted when both ends are seen.
 //!
@@ -36,11 +38,19 @@
 //! holds more than a quarter of a ring is released (counted in [`AsmStats::pins_released`]) so a
 //! long-running span never makes the producer drop records.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use weft_model::{Attributes, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, Str, TraceId, Value, conv};
+use std::path::{Path, PathBuf};
+
+use weft_model::event::TracepointEvent;
+use weft_model::id::{IdHasher, IdMap, IdSet, mix2};
+use weft_model::{
+    Attributes, Event, EventKind, Resource, Scope, SourceId, Span, SpanEvent, SpanId, SpanKind, Str, TraceId,
+    Value, conv,
+};
+use weft_probe::capture::Capture;
 use weft_probe::clock::Calibration;
 use weft_probe::consumer::{Field, FieldName, FieldValue, Record, RecordKind};
 use weft_probe::layout::CLOCK_TSC;
@@ -50,31 +60,12 @@ pub const PROBE_EVENT: &str = "weft.probe.event";
 /// OTLP span flags: has-is-remote and is-remote (the parent came from another process).
 const FLAGS_REMOTE_PARENT: u32 = 0x300;
 
-/// Hashes span ids (random 64-bit numbers) with one multiply instead of SipHash.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ self.0).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
-type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
-
 /// A tracepoint as the assembler needs it.
 #[derive(Debug, Clone)]
 pub struct TpMeta {
+    /// Tracepoint name (the span or event name).
     pub name: Arc<str>,
+    /// Names of its positional fields.
     pub fields: Vec<String>,
 }
 
@@ -85,6 +76,7 @@ pub struct TpTable {
 }
 
 impl TpTable {
+    /// The table of a registry snapshot (ids past 2^20 are ignored).
     pub fn new(list: &[weft_probe::TracepointInfo]) -> TpTable {
         let mut t = TpTable::default();
         for tp in list {
@@ -100,14 +92,17 @@ impl TpTable {
         t
     }
 
+    /// The tracepoint with this id.
     pub fn get(&self, id: u32) -> Option<&TpMeta> {
         self.by_id.get(id as usize).and_then(Option::as_ref)
     }
 
+    /// Tracepoints known.
     pub fn len(&self) -> usize {
         self.by_id.iter().filter(|t| t.is_some()).count()
     }
 
+    /// True when no tracepoint is known.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -116,11 +111,15 @@ impl TpTable {
 /// Who produced the records.
 #[derive(Debug, Clone, Default)]
 pub struct ProcessIdentity {
+    /// Process id.
     pub pid: u32,
+    /// `service.name`.
     pub service: String,
+    /// Executable path (empty: unknown).
     pub exe: String,
     /// Segment file stem (`<pid>-<nonce>`).
     pub instance: String,
+    /// `host.name` (empty: none).
     pub host: String,
 }
 
@@ -195,6 +194,21 @@ pub struct AsmStats {
     pub truncated: u64,
 }
 
+impl AsmStats {
+    /// Adds `other`'s counters to these (totals over processes).
+    pub fn add(&mut self, other: &AsmStats) {
+        self.spans += other.spans;
+        self.event_spans += other.event_spans;
+        self.span_events += other.span_events;
+        self.incomplete += other.incomplete;
+        self.evicted += other.evicted;
+        self.pins_released += other.pins_released;
+        self.unknown_tracepoint += other.unknown_tracepoint;
+        self.orphans_dropped += other.orphans_dropped;
+        self.truncated += other.truncated;
+    }
+}
+
 struct Open {
     span: Span,
     has_start: bool,
@@ -215,23 +229,21 @@ pub struct Assembler {
     resource: Arc<Resource>,
     scope: Arc<Scope>,
     endpoint_resources: HashMap<String, Arc<Resource>>,
-    open: IdMap<Open>,
+    open: IdMap<u64, Open>,
     order: VecDeque<u64>,
     /// Per ring: (position, span) of pins in position order; entries of spans that ended are
     /// dropped lazily when they reach the front.
     pins: Vec<VecDeque<(u64, u64)>>,
-    replay_closed: IdSet,
+    replay_closed: IdSet<u64>,
     seed: u64,
     tsc: bool,
     stats: AsmStats,
 }
 
 fn hash64(parts: &[u64]) -> u64 {
-    // DefaultHasher::new() is SipHash with fixed keys: deterministic across runs, which keeps
-    // the ids of synthesized spans stable when records are replayed.
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    parts.hash(&mut h);
-    h.finish().max(1)
+    // Deterministic across runs: the ids of synthesized spans stay the same when records are
+    // replayed.
+    parts.iter().fold(0, |h, &p| mix2(h, p))
 }
 
 fn value(v: &FieldValue<'_>) -> Value {
@@ -267,10 +279,11 @@ fn kind_of(k: weft_probe::SpanKind) -> SpanKind {
 }
 
 impl Assembler {
+    /// An assembler for the process `id` whose records are timed by `clock`.
     pub fn new(id: ProcessIdentity, cfg: AssemblerConfig, clock: &Calibration) -> Assembler {
         let resource = Arc::new(id.resource(None));
         let seed = hash64(&[id.pid as u64, id.instance.len() as u64, {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
+            let mut h = IdHasher::default();
             id.instance.hash(&mut h);
             h.finish()
         }]);
@@ -294,10 +307,12 @@ impl Assembler {
         }
     }
 
+    /// Counters so far.
     pub fn stats(&self) -> AsmStats {
         self.stats
     }
 
+    /// Who produces the records.
     pub fn identity(&self) -> &ProcessIdentity {
         &self.id
     }
@@ -709,5 +724,182 @@ impl Assembler {
         for (_, o) in std::mem::take(&mut self.open) {
             self.finish(o, false, out);
         }
+    }
+}
+
+/// A weft-probe capture file could not be turned into spans.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureImportError {
+    /// The file is not a readable capture.
+    #[error(transparent)]
+    Capture(#[from] weft_probe::capture::CaptureError),
+    /// A record does not decode (strict mode; lenient mode counts it).
+    #[error("{path}: records chunk {chunk}, byte {offset}: {error}")]
+    Record {
+        /// The capture.
+        path: PathBuf,
+        /// Index of the RECORDS chunk.
+        chunk: usize,
+        /// Byte offset of the record inside the chunk.
+        offset: usize,
+        /// Why it does not decode.
+        error: weft_probe::consumer::RecordError,
+    },
+    /// The capture has no INFO chunk: its times cannot be converted.
+    #[error("{path}: no INFO chunk (process and clock calibration)")]
+    NoInfo {
+        /// The capture.
+        path: PathBuf,
+    },
+}
+
+/// Options of [`assemble_capture`].
+#[derive(Debug, Clone, Default)]
+pub struct CaptureOptions {
+    /// Stop at the first record that does not decode (default: skip it and count it).
+    pub strict: bool,
+    /// Also hand every record over as a raw [`Event`] (a tracepoint event).
+    pub events: bool,
+    /// Source id stamped on those events.
+    pub source: SourceId,
+    /// `host.name` of the process's resource (empty: none).
+    pub host: String,
+    /// Bounds of the assembler.
+    pub assembler: AssemblerConfig,
+}
+
+/// What [`assemble_capture`] did with one capture.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaptureStats {
+    /// Records decoded.
+    pub records: u64,
+    /// Records that did not decode (skipped; the rest of their chunk too, as the record
+    /// lengths chain).
+    pub bad_records: u64,
+    /// The first few decoding errors.
+    pub error_samples: Vec<String>,
+    /// Records the process dropped before they reached the file (its rings were full).
+    pub producer_dropped: u64,
+    /// The assembler's counters.
+    pub assembler: AsmStats,
+    /// First and last record time (ns since the epoch); `first > last` when there were none.
+    pub first_ns: u64,
+    /// See `first_ns`.
+    pub last_ns: u64,
+}
+
+/// Records per batch handed to the caller.
+const CAPTURE_BATCH: usize = 4096;
+
+/// Assembles the spans of a capture that weft-probe wrote in in-process mode
+/// ([`weft_probe::capture`]: one process, no agent): the process identity comes from the INFO
+/// chunk (`service.instance.id` is `<pid>-<file stem>`), tracepoint names from the last
+/// REGISTRY chunk, times from the last INFO chunk's calibration. Every [`CAPTURE_BATCH`]
+/// records, `emit` gets the records as events (with [`CaptureOptions::events`]) and the spans
+/// finished so far; open spans are emitted (marked incomplete) at the end.
+///
+/// With `events`, each record becomes a tracepoint [`Event`] named by its tracepoint, with its
+/// fields and `weft.probe.record` (`event`, `span_start`, `span_end`, `annotation`, `kv`,
+/// `endpoint`), `weft.probe.trace_id` and `weft.probe.span_id` (hex, when set).
+pub fn assemble_capture<E: From<CaptureImportError>>(
+    cap: &Capture,
+    path: &Path,
+    opts: &CaptureOptions,
+    mut emit: impl FnMut(&[Event], &mut Vec<Span>) -> Result<(), E>,
+) -> Result<CaptureStats, E> {
+    let clock = cap.clock.ok_or_else(|| CaptureImportError::NoInfo { path: path.to_path_buf() })?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let id = ProcessIdentity {
+        pid: cap.pid,
+        service: cap.service.clone(),
+        exe: String::new(),
+        instance: format!("{}-{stem}", cap.pid),
+        host: opts.host.clone(),
+    };
+    let tps = TpTable::new(&cap.tracepoints);
+    let mut asm = Assembler::new(id, opts.assembler, &clock);
+    let mut stats =
+        CaptureStats { producer_dropped: cap.dropped, first_ns: u64::MAX, ..CaptureStats::default() };
+    let mut events = Vec::new();
+    let mut spans = Vec::new();
+    for (pos, r) in cap.records().enumerate() {
+        let rec = match r {
+            Ok(rec) => rec,
+            Err((chunk, offset, error)) => {
+                if opts.strict {
+                    return Err(CaptureImportError::Record {
+                        path: path.to_path_buf(),
+                        chunk,
+                        offset,
+                        error,
+                    }
+                    .into());
+                }
+                stats.bad_records += 1;
+                if stats.error_samples.len() < 5 {
+                    stats.error_samples.push(format!("records chunk {chunk}, byte {offset}: {error}"));
+                }
+                continue;
+            }
+        };
+        stats.records += 1;
+        let t = clock.to_unix_ns(rec.timestamp);
+        stats.first_ns = stats.first_ns.min(t);
+        stats.last_ns = stats.last_ns.max(t);
+        // One ring, positions in file order: replay and pins are an agent's concern.
+        asm.record(0, pos as u64, &rec, false, &tps, &clock, 0, &mut spans);
+        if opts.events {
+            events.push(record_event(&rec, t, &tps, cap.pid, opts.source));
+        }
+        if stats.records.is_multiple_of(CAPTURE_BATCH as u64) {
+            asm.release_point(0, pos as u64, u64::MAX);
+            emit(&events, &mut spans)?;
+            events.clear();
+            spans.clear();
+        }
+    }
+    asm.flush_all(&mut spans);
+    emit(&events, &mut spans)?;
+    stats.assembler = asm.stats();
+    Ok(stats)
+}
+
+fn record_event(rec: &Record<'_>, time_ns: u64, tps: &TpTable, pid: u32, source: SourceId) -> Event {
+    let meta = tps.get(rec.tracepoint);
+    let names = meta.map(|m| m.fields.as_slice()).unwrap_or(&[]);
+    let mut fields = Attributes::new();
+    fields.push(
+        "weft.probe.record",
+        match rec.kind {
+            RecordKind::Event => "event",
+            RecordKind::SpanStart => "span_start",
+            RecordKind::SpanEnd => "span_end",
+            RecordKind::Annotation => "annotation",
+            RecordKind::KeyValue => "kv",
+            RecordKind::Endpoint => "endpoint",
+        },
+    );
+    if rec.trace_id != 0 {
+        fields.push("weft.probe.trace_id", TraceId::from_u128(rec.trace_id).to_string());
+    }
+    if rec.span_id != 0 {
+        fields.push("weft.probe.span_id", SpanId::from_u64(rec.span_id).to_string());
+    }
+    for (i, f) in rec.fields.iter().enumerate() {
+        fields.push(field_name(f, names, i), value(&f.value));
+    }
+    Event {
+        time_ns,
+        raw_time: rec.timestamp,
+        source,
+        kind: EventKind::Tracepoint(TracepointEvent {
+            name: meta
+                .map(|m| m.name.clone())
+                .unwrap_or_else(|| format!("tracepoint#{}", rec.tracepoint).into()),
+            cpu: None,
+            pid: Some(pid),
+            tid: Some(rec.tid),
+            fields,
+        }),
     }
 }

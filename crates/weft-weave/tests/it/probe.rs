@@ -1,8 +1,8 @@
-use weft_agent::convert::{Assembler, AssemblerConfig, PROBE_EVENT, ProcessIdentity, TpTable};
 use weft_model::{SpanKind, Value, conv};
 use weft_probe::clock::Calibration;
 use weft_probe::consumer::{Field, FieldName, FieldValue, Record, RecordKind};
 use weft_probe::{Level, TracepointInfo};
+use weft_weave::probe::{Assembler, AssemblerConfig, PROBE_EVENT, ProcessIdentity, TpTable};
 
 fn tp(id: u32, name: &str, fields: &str) -> TracepointInfo {
     TracepointInfo {
