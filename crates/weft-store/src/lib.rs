@@ -19,7 +19,11 @@
 //!   resource in a `span_resources` file); the manifest ([`manifest`]) naming the segment is
 //!   replaced atomically; then the WAL files it covers are deleted.
 //! * **Recovery**: [`Store::open`] replays WAL files newer than the manifest's checkpoint; a
-//!   torn tail is truncated, counted and logged.
+//!   torn tail is truncated, counted and logged; a bad record with valid ones after it is
+//!   copied to `quarantine/`, counted and logged, and replay goes on. A missing manifest next
+//!   to segment files refuses the open (nothing is deleted).
+//! * **Write failures are sticky**: after a failed WAL write or fsync nothing more is
+//!   acknowledged ([`StoreError::Poisoned`]) until the store is reopened.
 //! * **Bounded memory**: past [`StoreConfig::max_buffer_bytes`] of buffered data (flushing
 //!   cannot keep up), appends fail with [`StoreError::Overloaded`] — receivers turn that into
 //!   429/503 with Retry-After and count the drop.
@@ -136,6 +140,9 @@ pub struct StoreConfig {
     pub query_memory_bytes: usize,
     /// Open without writing anything: no lock, no WAL truncation, no flushes; appends fail.
     pub read_only: bool,
+    /// Creates the WAL's files: the real file system ([`wal::OsFiles`]) unless a test
+    /// injects write or fsync failures.
+    pub wal_files: Arc<dyn wal::WalFiles>,
 }
 
 impl StoreConfig {
@@ -156,6 +163,7 @@ impl StoreConfig {
             write: WriteOptions::default(),
             query_memory_bytes: 1 << 30,
             read_only: false,
+            wal_files: Arc::new(wal::OsFiles),
         }
     }
 }
@@ -189,6 +197,8 @@ pub struct Metrics {
     pub wal_records_replayed: AtomicU64,
     /// Torn or corrupt WAL records found (and cut) on open.
     pub wal_records_torn: AtomicU64,
+    /// Bad WAL records kept aside (copied to `quarantine/`) and skipped on open.
+    pub wal_records_quarantined: AtomicU64,
 }
 
 /// A point-in-time view of the store's size.
@@ -358,7 +368,7 @@ impl Store {
                 std::fs::create_dir_all(d).map_err(error::io_err("create directory", d))?;
             }
         }
-        let manifest = manifest::load(&dir)?;
+        let manifest = manifest::open(&dir, &seg_dir, read_only)?;
 
         // Segments named by the manifest; anything else in segments/ is a leftover.
         let mut segments = Vec::new();
@@ -386,6 +396,7 @@ impl Store {
         let mut active = MemTable::default();
         let mut frozen = VecDeque::new();
         let mut last_id = manifest.wal_checkpoint;
+        let quarantine = dir.join("quarantine");
         for (id, path) in &wal_files {
             if *id <= manifest.wal_checkpoint {
                 if !read_only {
@@ -393,11 +404,13 @@ impl Store {
                 }
                 continue;
             }
-            let stats = wal::replay_file(path, !read_only, |rec| match rec {
-                WalRecord::Spans(b) => active.push_spans(b),
-                WalRecord::Events(b) => active.push_events(b),
-            })?;
+            let stats =
+                wal::replay_file(path, (!read_only).then_some(quarantine.as_path()), |rec| match rec {
+                    WalRecord::Spans(b) => active.push_spans(b),
+                    WalRecord::Events(b) => active.push_events(b),
+                })?;
             metrics.wal_records_replayed.fetch_add(stats.records, Ordering::Relaxed);
+            metrics.wal_records_quarantined.fetch_add(stats.quarantined, Ordering::Relaxed);
             if let Some((offset, reason)) = &stats.torn {
                 metrics.wal_records_torn.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -415,7 +428,7 @@ impl Store {
         let (writer, sync) = if read_only {
             (None, WalSync::new(active_wal))
         } else {
-            (Some(WalWriter::create(&wal_dir, active_wal)?), WalSync::new(active_wal))
+            (Some(WalWriter::create(&wal_dir, active_wal, cfg.wal_files.clone())?), WalSync::new(active_wal))
         };
         if !active.is_empty() && !read_only {
             // Replayed data lives in older WAL files: freeze it so it is flushed promptly.
@@ -870,9 +883,12 @@ impl Inner {
     }
 
     fn poison(&self, e: StoreError) -> StoreError {
-        let msg = e.to_string();
-        tracing::error!(error = %msg, "WAL write failed; the store refuses further writes");
-        *self.poisoned.lock() = Some(msg);
+        let mut poisoned = self.poisoned.lock();
+        if poisoned.is_none() {
+            let msg = e.to_string();
+            tracing::error!(error = %msg, "WAL write failed; the store refuses further writes");
+            *poisoned = Some(msg);
+        }
         e
     }
 
@@ -880,7 +896,7 @@ impl Inner {
         let (file, end, freeze) = {
             let mut wal = self.wal.lock();
             let w = wal.as_mut().ok_or(StoreError::ReadOnly)?;
-            let (file, end) = w.append(payload).map_err(|e| self.poison(e))?;
+            let (file, end) = w.append(payload, &self.sync).map_err(|e| self.poison(e))?;
             let mut st = self.state.write();
             push(&mut st.active)?;
             let freeze = st.active.bytes >= self.cfg.flush_bytes;
