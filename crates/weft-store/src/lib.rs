@@ -27,7 +27,7 @@
 //! * **Bounded memory**: past [`StoreConfig::max_buffer_bytes`] of buffered data (flushing
 //!   cannot keep up), appends fail with [`StoreError::Overloaded`] — receivers turn that into
 //!   429/503 with Retry-After and count the drop.
-//! * **Retention** by age and total size, **compaction** of small segments into larger ones.
+//! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
 //!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
 //!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`.
@@ -122,9 +122,10 @@ pub struct StoreConfig {
     pub flush_interval: Duration,
     /// Buffered bytes (active + frozen) past which appends fail with `Overloaded`.
     pub max_buffer_bytes: usize,
-    /// Delete segments whose newest data is older than this.
+    /// Delete segments whose spans weft wrote longer ago than this (by when weft wrote them,
+    /// not by the spans' own timestamps).
     pub retention_age: Option<Duration>,
-    /// Delete the oldest segments while all segments together exceed this many bytes.
+    /// Delete the segments written first while all segments together exceed this many bytes.
     pub retention_bytes: Option<u64>,
     /// Segments smaller than this (Arrow bytes) are compaction candidates.
     pub compaction_small_bytes: u64,
@@ -1033,7 +1034,7 @@ impl Inner {
         if let Some(age) = self.cfg.retention_age {
             let cutoff = now_ns.saturating_sub(age.as_nanos().min(u64::MAX as u128) as u64);
             for s in &segs {
-                if s.max_time_ns() < cutoff {
+                if s.written_ns() < cutoff {
                     victims.push(s.id);
                 }
             }
@@ -1041,7 +1042,7 @@ impl Inner {
         }
         if let Some(limit) = self.cfg.retention_bytes {
             let mut rest: Vec<&SegmentMeta> = segs.iter().filter(|s| !victims.contains(&s.id)).collect();
-            rest.sort_by_key(|s| (s.max_time_ns(), s.id));
+            rest.sort_by_key(|s| (s.written_ns(), s.id));
             let mut total: u64 = rest.iter().map(|s| s.bytes()).sum();
             let mut by_size = 0;
             for s in rest {
@@ -1121,7 +1122,7 @@ impl Inner {
             m.next_segment_id += 1;
             id
         };
-        let meta = segment::write_segment(
+        let mut meta = segment::write_segment(
             &self.seg_dir,
             id,
             level + 1,
@@ -1130,6 +1131,8 @@ impl Inner {
             (ops.into_iter().collect(), complete),
             &self.cfg.write,
         )?;
+        // Its spans are as old (to retention) as when they were first written.
+        meta.spans_written_ns = best.iter().map(|s| s.meta.written_ns()).max().unwrap_or(meta.created_ns);
         wal::fsync_dir(&self.seg_dir)?;
         let seg = Arc::new(Segment::open(&self.seg_dir, meta.clone())?);
         let inputs: Vec<u64> = best.iter().map(|s| s.meta.id).collect();

@@ -56,6 +56,13 @@ pub struct SegmentMeta {
     pub level: u32,
     /// When it was written, ns since the epoch.
     pub created_ns: u64,
+    /// When weft wrote its spans, ns since the epoch: the flush that wrote them, or for a
+    /// compacted segment its newest input's. Retention by age goes by this, never by the
+    /// spans' own timestamps (a skewed clock would have them deleted as they arrive). 0 in
+    /// manifests written before it existed ([`SegmentMeta::written_ns`] then uses
+    /// `created_ns`).
+    #[serde(default)]
+    pub spans_written_ns: u64,
     /// Its files.
     pub files: Vec<FileMeta>,
     /// Rough in-memory (Arrow) size of its contents, for compaction planning.
@@ -97,6 +104,10 @@ impl SegmentMeta {
     /// Bytes on disk of all files.
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()
+    }
+    /// When weft wrote its spans (`spans_written_ns`, or `created_ns` in older manifests).
+    pub fn written_ns(&self) -> u64 {
+        if self.spans_written_ns > 0 { self.spans_written_ns } else { self.created_ns }
     }
     /// Newest time in any file.
     pub fn max_time_ns(&self) -> u64 {
@@ -203,6 +214,7 @@ mod tests {
                 id: 2,
                 level: 0,
                 created_ns: 5,
+                spans_written_ns: 4,
                 files: vec![FileMeta {
                     table: "spans".into(),
                     file: "seg-2-spans.parquet".into(),
