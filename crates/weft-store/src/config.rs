@@ -1,6 +1,7 @@
 //! How a store is opened: [`StoreConfig`].
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::segment::WriteOptions;
@@ -19,9 +20,10 @@ pub struct StoreConfig {
     pub flush_interval: Duration,
     /// Buffered bytes (active + frozen) past which appends fail with `Overloaded`.
     pub max_buffer_bytes: usize,
-    /// Delete segments whose newest data is older than this.
+    /// Delete segments whose spans weft wrote longer ago than this (by when weft wrote them,
+    /// not by the spans' own timestamps).
     pub retention_age: Option<Duration>,
-    /// Delete the oldest segments while all segments together exceed this many bytes.
+    /// Delete the segments written first while all segments together exceed this many bytes.
     pub retention_bytes: Option<u64>,
     /// Segments smaller than this (Arrow bytes) are compaction candidates.
     pub compaction_small_bytes: u64,
@@ -37,6 +39,9 @@ pub struct StoreConfig {
     pub query_memory_bytes: usize,
     /// Open without writing anything: no lock, no WAL truncation, no flushes; appends fail.
     pub read_only: bool,
+    /// Creates the WAL's files: the real file system ([`crate::wal::OsFiles`]) unless a test
+    /// injects write or fsync failures.
+    pub wal_files: Arc<dyn crate::wal::WalFiles>,
 }
 
 impl StoreConfig {
@@ -57,6 +62,7 @@ impl StoreConfig {
             write: WriteOptions::default(),
             query_memory_bytes: 1 << 30,
             read_only: false,
+            wal_files: Arc::new(crate::wal::OsFiles),
         }
     }
 }

@@ -19,11 +19,15 @@
 //!   resource in a `span_resources` file); the manifest ([`manifest`]) naming the segment is
 //!   replaced atomically; then the WAL files it covers are deleted.
 //! * **Recovery**: [`Store::open`] replays WAL files newer than the manifest's checkpoint; a
-//!   torn tail is truncated, counted and logged.
+//!   torn tail is truncated, counted and logged; a bad record with valid ones after it is
+//!   copied to `quarantine/`, counted and logged, and replay goes on. A missing manifest next
+//!   to segment files refuses the open (nothing is deleted).
+//! * **Write failures are sticky**: after a failed WAL write or fsync nothing more is
+//!   acknowledged ([`StoreError::Poisoned`]) until the store is reopened.
 //! * **Bounded memory**: past [`StoreConfig::max_buffer_bytes`] of buffered data (flushing
 //!   cannot keep up), appends fail with [`StoreError::Overloaded`] — receivers turn that into
 //!   429/503 with Retry-After and count the drop.
-//! * **Retention** by age and total size, **compaction** of small segments into larger ones.
+//! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
 //!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
 //!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`.
@@ -82,9 +86,6 @@ pub use segment::WriteOptions;
 pub use wal::FsyncPolicy;
 
 use engine::{Background, Inner, with_payload_buffer};
-// `wal` still names the module by its old path; it is being edited on another branch, so the
-// alias goes when that lands (then `crate::arrow_rows` there).
-use arrow_rows as convert;
 
 /// The store. Cheap to clone (shared handle); thread-safe. When the last handle is dropped
 /// the background threads stop (without a final flush: the WAL keeps the buffered data; call

@@ -4,6 +4,13 @@
 //! the old one, fsync the directory), so after a crash it is either the old or the new
 //! version, never a mix. Segment files not named by the manifest are leftovers of an
 //! interrupted flush or compaction and are deleted on open.
+//!
+//! A new store writes its (empty) manifest when it is first opened, before any segment can
+//! exist, so a missing manifest next to segment files means a lost one: [`open`] then refuses
+//! to open the store, naming the files, rather than start empty and delete them as leftovers.
+//! (Rebuilding it from the files is not reliable: the WAL checkpoint is lost, and the inputs
+//! and output of an interrupted compaction cannot be told apart, so spans would come back
+//! twice.)
 
 use std::fs::File;
 use std::io::Write;
@@ -49,6 +56,13 @@ pub struct SegmentMeta {
     pub level: u32,
     /// When it was written, ns since the epoch.
     pub created_ns: u64,
+    /// When weft wrote its spans, ns since the epoch: the flush that wrote them, or for a
+    /// compacted segment its newest input's. Retention by age goes by this, never by the
+    /// spans' own timestamps (a skewed clock would have them deleted as they arrive). 0 in
+    /// manifests written before it existed ([`SegmentMeta::written_ns`] then uses
+    /// `created_ns`).
+    #[serde(default)]
+    pub spans_written_ns: u64,
     /// Its files.
     pub files: Vec<FileMeta>,
     /// Rough in-memory (Arrow) size of its contents, for compaction planning.
@@ -91,6 +105,10 @@ impl SegmentMeta {
     pub fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()
     }
+    /// When weft wrote its spans (`spans_written_ns`, or `created_ns` in older manifests).
+    pub fn written_ns(&self) -> u64 {
+        if self.spans_written_ns > 0 { self.spans_written_ns } else { self.created_ns }
+    }
     /// Newest time in any file.
     pub fn max_time_ns(&self) -> u64 {
         self.files.iter().map(|f| f.max_time_ns).max().unwrap_or(0)
@@ -101,12 +119,12 @@ impl SegmentMeta {
     }
 }
 
-/// Reads the manifest of `dir` (the default when there is none yet).
-pub fn load(dir: &Path) -> Result<Manifest> {
+/// Reads the manifest of `dir` (`None` when there is none).
+pub fn load(dir: &Path) -> Result<Option<Manifest>> {
     let path = dir.join(MANIFEST);
     let text = match std::fs::read(&path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Manifest::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err("read", &path)(e)),
     };
     let mut m: Manifest = serde_json::from_slice(&text)
@@ -122,7 +140,49 @@ pub fn load(dir: &Path) -> Result<Manifest> {
     }
     // What this weft writes next may be in the newer layout.
     m.version = FORMAT_VERSION;
-    Ok(m)
+    Ok(Some(m))
+}
+
+/// The manifest of the store in `dir` being opened, its segment files in `seg_dir`. Without a
+/// manifest: a new store (nothing in `seg_dir`) gets an empty one, written unless
+/// `read_only`; with segment files present, opening is refused with an error naming the
+/// directory and the files (nothing is deleted).
+pub fn open(dir: &Path, seg_dir: &Path, read_only: bool) -> Result<Manifest> {
+    if let Some(m) = load(dir)? {
+        return Ok(m);
+    }
+    let mut present: Vec<String> = match std::fs::read_dir(seg_dir) {
+        Ok(rd) => rd
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()
+            .map_err(io_err("read directory", seg_dir))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(io_err("read directory", seg_dir)(e)),
+    };
+    if present.is_empty() {
+        let m = Manifest::default();
+        if !read_only {
+            store(dir, &m)?;
+        }
+        return Ok(m);
+    }
+    present.sort();
+    const NAMED: usize = 10;
+    let more = present.len().saturating_sub(NAMED);
+    let mut names = present[..present.len().min(NAMED)].join(", ");
+    if more > 0 {
+        names.push_str(&format!(" and {more} more"));
+    }
+    let path = dir.join(MANIFEST);
+    let reason = format!(
+        "missing, but {} holds {} file(s): {names}. Refusing to open rather than start empty and \
+         delete them; restore {MANIFEST} (from a backup), or move those files out of the \
+         directory to start without them",
+        seg_dir.display(),
+        present.len(),
+    );
+    tracing::error!(manifest = %path.display(), files = present.len(), "{reason}");
+    Err(StoreError::Manifest { path, reason })
 }
 
 /// Replaces the manifest of `dir` atomically and durably.
@@ -144,9 +204,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trip_and_default() {
+    fn round_trip_and_missing() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(load(dir.path()).unwrap(), Manifest::default());
+        assert_eq!(load(dir.path()).unwrap(), None);
         let m = Manifest {
             next_segment_id: 3,
             wal_checkpoint: 9,
@@ -154,6 +214,7 @@ mod tests {
                 id: 2,
                 level: 0,
                 created_ns: 5,
+                spans_written_ns: 4,
                 files: vec![FileMeta {
                     table: "spans".into(),
                     file: "seg-2-spans.parquet".into(),
@@ -169,7 +230,7 @@ mod tests {
             ..Manifest::default()
         };
         store(dir.path(), &m).unwrap();
-        assert_eq!(load(dir.path()).unwrap(), m);
+        assert_eq!(load(dir.path()).unwrap(), Some(m));
         assert!(!dir.path().join("MANIFEST.json.tmp").exists());
     }
 
@@ -179,7 +240,7 @@ mod tests {
         let mut m = Manifest { next_segment_id: 4, ..Manifest::default() };
         m.version = 1;
         store(dir.path(), &m).unwrap();
-        let got = load(dir.path()).unwrap();
+        let got = load(dir.path()).unwrap().unwrap();
         assert_eq!((got.version, got.next_segment_id), (FORMAT_VERSION, 4));
         m.version = FORMAT_VERSION + 1;
         store(dir.path(), &m).unwrap();

@@ -501,10 +501,12 @@ pub(crate) fn write_segment(
             });
         }
     }
+    let now = weft_model::time::now_unix_nanos();
     Ok(SegmentMeta {
         id,
         level,
-        created_ns: weft_model::time::now_unix_nanos(),
+        created_ns: now,
+        spans_written_ns: now,
         files,
         mem_bytes,
         operations: operations.0,

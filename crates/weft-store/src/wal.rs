@@ -22,12 +22,22 @@
 //!
 //! Each time the in-memory buffer is frozen for flushing, the WAL rotates to a new file; once
 //! the frozen buffer's segment and the manifest naming it are durable, every WAL file up to
-//! the frozen one is deleted. Replay on start reads the files after the manifest's checkpoint;
-//! a torn or corrupt record (short frame, bad CRC, undecodable payload) ends that file: it is
-//! truncated there, counted and logged.
+//! the frozen one is deleted. Replay on start reads the files after the manifest's checkpoint.
+//! A bad record (bad CRC, impossible length, a payload this weft cannot decode) with valid
+//! records after it is kept aside — its bytes copied to `quarantine/<file>.<offset>.bad` —,
+//! counted and logged, and replay goes on with the next record that checks out (found by
+//! scanning forward for a frame whose length fits, kind is known and CRC matches; the CRC work
+//! of the scan is bounded). Only the tail is cut: a record torn by a crash (never
+//! acknowledged), or bad records with nothing valid after them (kept aside first).
+//!
+//! A failed write or fsync is sticky: the kernel may drop the dirty pages of a failed fsync
+//! and report the next one as a success, so after one failure nothing more is acknowledged
+//! (appends, waiting group-commit members and rotations fail) until the WAL is reopened.
+//! Files are written through [`WalFiles`] / [`WalIo`], the seam tests inject failures with.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,7 +48,7 @@ use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
 use parking_lot::{Condvar, Mutex};
 
-use crate::convert::SpanBatches;
+use crate::arrow_rows::SpanBatches;
 use crate::error::{Result, StoreError, io_err};
 
 const MAGIC: &[u8; 8] = b"WEFTWAL\x01";
@@ -220,10 +230,45 @@ pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync directory", dir))
 }
 
+/// What the WAL needs from a file it appends to. The real file is the default; this is the
+/// seam through which tests inject write and fsync failures (see [`WalFiles`]).
+pub trait WalIo: Send + Sync {
+    /// Writes all of `buf` at the end of the file.
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()>;
+    /// Makes everything written so far durable (`fdatasync`).
+    fn sync_data(&self) -> std::io::Result<()>;
+}
+
+impl WalIo for File {
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        let mut f: &File = self;
+        Write::write_all(&mut f, buf)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
+/// Creates the files the WAL appends to ([`OsFiles`] unless a test injects faults).
+pub trait WalFiles: Send + Sync + std::fmt::Debug {
+    /// Creates `path`, which must not exist, for appending.
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn WalIo>>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsFiles;
+
+impl WalFiles for OsFiles {
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn WalIo>> {
+        Ok(Box::new(OpenOptions::new().create_new(true).append(true).open(path)?))
+    }
+}
+
 /// The file being appended to.
 pub(crate) struct WalFile {
     pub id: u64,
-    pub file: File,
+    pub file: Box<dyn WalIo>,
     /// Bytes written so far (header included).
     pub written: AtomicU64,
     pub path: PathBuf,
@@ -232,23 +277,23 @@ pub(crate) struct WalFile {
 /// Writer side: one current file, appends under the store's WAL lock.
 pub(crate) struct WalWriter {
     dir: PathBuf,
+    files: Arc<dyn WalFiles>,
     current: Arc<WalFile>,
     frame: Vec<u8>,
 }
 
 impl WalWriter {
-    /// Creates WAL file `id` (which must not exist) and makes it durable.
-    pub fn create(dir: &Path, id: u64) -> Result<Self> {
-        let current = Arc::new(Self::new_file(dir, id)?);
-        Ok(WalWriter { dir: dir.to_owned(), current, frame: Vec::new() })
+    /// Creates WAL file `id` (which must not exist) through `files` and makes it durable.
+    pub fn create(dir: &Path, id: u64, files: Arc<dyn WalFiles>) -> Result<Self> {
+        let current = Arc::new(Self::new_file(&*files, dir, id)?);
+        Ok(WalWriter { dir: dir.to_owned(), files, current, frame: Vec::new() })
     }
 
-    fn new_file(dir: &Path, id: u64) -> Result<WalFile> {
+    fn new_file(files: &dyn WalFiles, dir: &Path, id: u64) -> Result<WalFile> {
         let path = wal_path(dir, id);
-        let mut file =
-            OpenOptions::new().create_new(true).append(true).open(&path).map_err(io_err("create", &path))?;
+        let file = files.create(&path).map_err(io_err("create", &path))?;
         file.write_all(MAGIC).map_err(io_err("write", &path))?;
-        file.sync_all().map_err(io_err("fsync", &path))?;
+        file.sync_data().map_err(io_err("fsync", &path))?;
         fsync_dir(dir)?;
         Ok(WalFile { id, file, written: AtomicU64::new(MAGIC.len() as u64), path })
     }
@@ -257,8 +302,10 @@ impl WalWriter {
         &self.current
     }
 
-    /// Appends one record; returns the file and the offset just past it.
-    pub fn append(&mut self, payload: &[u8]) -> Result<(Arc<WalFile>, u64)> {
+    /// Appends one record; returns the file and the offset just past it. Refused once a write
+    /// or fsync of this WAL has failed (`sync` remembers it); a failed write is remembered so.
+    pub fn append(&mut self, payload: &[u8], sync: &WalSync) -> Result<(Arc<WalFile>, u64)> {
+        sync.check()?;
         if payload.len() > MAX_RECORD {
             return Err(StoreError::Query(format!(
                 "append of {} bytes exceeds the WAL record limit of {MAX_RECORD}",
@@ -270,26 +317,28 @@ impl WalWriter {
         self.frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
         let f = &self.current;
         // One write for small records (header + payload), two for big ones (no copy).
-        if payload.len() <= 64 * 1024 {
+        let written = if payload.len() <= 64 * 1024 {
             self.frame.extend_from_slice(payload);
-            (&f.file).write_all(&self.frame).map_err(io_err("write", &f.path))?;
+            f.file.write_all(&self.frame)
         } else {
-            (&f.file).write_all(&self.frame).map_err(io_err("write", &f.path))?;
-            (&f.file).write_all(payload).map_err(io_err("write", &f.path))?;
-        }
+            f.file.write_all(&self.frame).and_then(|()| f.file.write_all(payload))
+        };
+        written.map_err(|e| sync.fail(io_err("write", &f.path)(e)))?;
         let end = f.written.fetch_add((FRAME_HEADER + payload.len()) as u64, Ordering::Release)
             + (FRAME_HEADER + payload.len()) as u64;
         Ok((f.clone(), end))
     }
 
-    /// Switches to a new file `id`; the old one is fsynced first unless `policy` is `Never`.
+    /// Switches to a new file `id`; the old one is fsynced first unless `policy` is `Never`
+    /// (a failure of that fsync is remembered by `sync`: nothing is acknowledged after it).
     pub fn rotate(&mut self, id: u64, policy: FsyncPolicy, sync: &WalSync) -> Result<()> {
+        sync.check()?;
         if policy != FsyncPolicy::Never {
             let f = &self.current;
-            f.file.sync_data().map_err(io_err("fsync", &f.path))?;
+            f.file.sync_data().map_err(|e| sync.fail(io_err("fsync", &f.path)(e)))?;
             sync.mark_synced(f.id, f.written.load(Ordering::Acquire));
         }
-        self.current = Arc::new(Self::new_file(&self.dir, id)?);
+        self.current = Arc::new(Self::new_file(&*self.files, &self.dir, id)?);
         sync.advance_file(id);
         Ok(())
     }
@@ -300,6 +349,10 @@ struct SyncState {
     file_id: u64,
     synced: u64,
     syncing: bool,
+    /// The first failed write or fsync: sticky, nothing is acknowledged after it. (After a
+    /// failed fsync the kernel may have dropped the dirty pages and report the next fsync as
+    /// a success, so a retry proves nothing.)
+    failed: Option<String>,
 }
 
 /// Group-commit bookkeeping: what has been made durable.
@@ -311,7 +364,31 @@ pub(crate) struct WalSync {
 
 impl WalSync {
     pub fn new(file_id: u64) -> Self {
-        WalSync { state: Mutex::new(SyncState { file_id, synced: 0, syncing: false }), cv: Condvar::new() }
+        WalSync { state: Mutex::new(SyncState { file_id, ..SyncState::default() }), cv: Condvar::new() }
+    }
+
+    /// Remembers a failed write or fsync (the first one) and returns the error.
+    pub fn fail(&self, e: StoreError) -> StoreError {
+        let mut st = self.state.lock();
+        if st.failed.is_none() {
+            tracing::error!(error = %e, "WAL write or fsync failed; nothing more is acknowledged until the WAL is reopened");
+            st.failed = Some(e.to_string());
+        }
+        drop(st);
+        self.cv.notify_all();
+        e
+    }
+
+    /// Refuses when a write or fsync has failed.
+    pub fn check(&self) -> Result<()> {
+        Self::refuse(&self.state.lock())
+    }
+
+    fn refuse(st: &SyncState) -> Result<()> {
+        match &st.failed {
+            Some(m) => Err(StoreError::Poisoned(m.clone())),
+            None => Ok(()),
+        }
     }
 
     fn mark_synced(&self, file_id: u64, upto: u64) {
@@ -333,13 +410,15 @@ impl WalSync {
         self.cv.notify_all();
     }
 
-    /// Returns once everything in `f` up to `upto` is durable (syncing it if nobody else is).
+    /// Returns once everything in `f` up to `upto` is durable (syncing it if nobody else is);
+    /// fails when it is not and a write or fsync has failed (here or before).
     pub fn sync_to(&self, f: &WalFile, upto: u64) -> Result<()> {
         let mut st = self.state.lock();
         loop {
             if st.file_id > f.id || (st.file_id == f.id && st.synced >= upto) {
                 return Ok(());
             }
+            Self::refuse(&st)?;
             if st.syncing {
                 self.cv.wait(&mut st);
                 continue;
@@ -350,11 +429,15 @@ impl WalSync {
             let r = f.file.sync_data();
             st = self.state.lock();
             st.syncing = false;
-            if r.is_ok() && st.file_id == f.id && target > st.synced {
-                st.synced = target;
+            match r {
+                Ok(()) if st.file_id == f.id && target > st.synced => st.synced = target,
+                Ok(()) => {}
+                Err(e) => {
+                    drop(st);
+                    return Err(self.fail(io_err("fsync", &f.path)(e)));
+                }
             }
             self.cv.notify_all();
-            r.map_err(io_err("fsync", &f.path))?;
         }
     }
 
@@ -381,78 +464,255 @@ impl WalSync {
 pub(crate) struct ReplayStats {
     pub records: u64,
     pub bytes: u64,
-    /// A torn or corrupt record ended the file at this offset (with the reason).
+    /// A torn tail ended the file at this offset (with the reason); it was cut there.
     pub torn: Option<(u64, String)>,
+    /// Bad records with valid records after them, kept aside and skipped.
+    pub quarantined: u64,
 }
 
-/// Reads the records of one WAL file, calling `f` with each decoded record. A bad frame or
-/// payload ends the file: when `truncate` is set, the file is cut there.
+/// After a bad record, the scan for the next one CRCs at most this many bytes of candidate
+/// records before it gives up (and treats the rest of the file as one bad stretch).
+const RESYNC_CRC_BUDGET: u64 = 256 << 20;
+/// The scan reads the file in windows of this size.
+const SCAN_WINDOW: usize = 1 << 20;
+/// Bytes a candidate record must show to be checked: frame header, kind, the first stream's
+/// length and its continuation marker.
+const CANDIDATE_BYTES: usize = FRAME_HEADER + 1 + 4 + 4;
+
+/// A frame read at some offset.
+enum Frame {
+    /// Header and CRC check out: the payload is in the buffer.
+    Good(u64),
+    /// Runs past the end of the file with a plausible length: a write torn by a crash.
+    Torn(String),
+    /// A complete frame whose CRC fails (with where it ends), or an impossible length.
+    Bad(String, Option<u64>),
+}
+
+/// Where the scan after a bad record got to.
+enum Resync {
+    /// The next record that checks out starts here.
+    At(u64),
+    /// No record checks out up to the end of the file.
+    NoneAfter,
+    /// The CRC budget ran out before one was found.
+    GaveUp,
+}
+
+struct WalReader<'a> {
+    file: &'a File,
+    path: &'a Path,
+    size: u64,
+}
+
+impl WalReader<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file.read_exact_at(buf, offset).map_err(io_err("read", self.path))
+    }
+
+    /// Reads the frame at `offset` (the payload into `payload` when its CRC checks out).
+    fn frame(&self, offset: u64, payload: &mut Vec<u8>) -> Result<Frame> {
+        let left = self.size - offset;
+        if left < FRAME_HEADER as u64 {
+            return Ok(Frame::Torn(format!("{left} trailing bytes, shorter than a frame header")));
+        }
+        let mut header = [0u8; FRAME_HEADER];
+        self.read_at(&mut header, offset)?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
+        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        if len > MAX_RECORD as u64 {
+            return Ok(Frame::Bad(format!("record length {len} exceeds the limit of {MAX_RECORD}"), None));
+        }
+        if FRAME_HEADER as u64 + len > left {
+            return Ok(Frame::Torn(format!(
+                "record length {len} runs past the end of the file ({} bytes)",
+                self.size
+            )));
+        }
+        payload.resize(len as usize, 0);
+        self.read_at(payload, offset + FRAME_HEADER as u64)?;
+        let end = offset + FRAME_HEADER as u64 + len;
+        Ok(if crc32fast::hash(payload) == crc {
+            Frame::Good(len)
+        } else {
+            Frame::Bad("CRC mismatch".into(), Some(end))
+        })
+    }
+
+    /// The length of the record a frame at `at` would hold if `bytes` (the file from `at`)
+    /// look like the start of one: a length that fits, a known kind, a first stream that fits
+    /// the record and starts with an Arrow IPC continuation marker. Cheap; the CRC decides.
+    fn candidate(&self, at: u64, bytes: &[u8]) -> Option<u64> {
+        let u32_at =
+            |i: usize| bytes.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64);
+        let len = u32_at(0)?;
+        if !(5..=MAX_RECORD as u64).contains(&len) || at + FRAME_HEADER as u64 + len > self.size {
+            return None;
+        }
+        if !matches!(
+            bytes.get(FRAME_HEADER),
+            Some(&(KIND_SPANS_V1 | KIND_EVENTS_V1 | KIND_SPANS | KIND_EVENTS))
+        ) {
+            return None;
+        }
+        let first = u32_at(FRAME_HEADER + 1)?;
+        if first > len - 5 || (first > 0 && (first < 8 || u32_at(FRAME_HEADER + 5)? != 0xffff_ffff)) {
+            return None;
+        }
+        Some(len)
+    }
+
+    /// Finds the next record that checks out after a bad one at `bad`, trying `hint` (where
+    /// the bad frame ends if its length was right, e.g. one flipped bit in its payload) first.
+    fn resync(&self, bad: u64, hint: Option<u64>, payload: &mut Vec<u8>) -> Result<Resync> {
+        let mut budget = RESYNC_CRC_BUDGET;
+        let mut window = vec![0u8; SCAN_WINDOW + CANDIDATE_BYTES];
+        if let Some(h) = hint.filter(|&h| h < self.size) {
+            let n = (self.size - h).min(CANDIDATE_BYTES as u64) as usize;
+            self.read_at(&mut window[..n], h)?;
+            if let Some(len) = self.candidate(h, &window[..n]) {
+                budget -= len.min(budget);
+                if let Frame::Good(_) = self.frame(h, payload)? {
+                    return Ok(Resync::At(h));
+                }
+            }
+        }
+        let mut pos = bad + 1;
+        while pos < self.size {
+            let n = (self.size - pos).min(window.len() as u64) as usize;
+            self.read_at(&mut window[..n], pos)?;
+            let positions = if n as u64 == self.size - pos { n } else { SCAN_WINDOW };
+            for i in 0..positions {
+                let at = pos + i as u64;
+                let Some(len) = self.candidate(at, &window[i..n]) else { continue };
+                let Some(left) = budget.checked_sub(len) else { return Ok(Resync::GaveUp) };
+                budget = left;
+                if let Frame::Good(_) = self.frame(at, payload)? {
+                    return Ok(Resync::At(at));
+                }
+            }
+            pos += positions as u64;
+        }
+        Ok(Resync::NoneAfter)
+    }
+
+    /// Copies `len` bytes at `offset` to `<quarantine>/<wal file name>.<offset>.bad`, durably.
+    fn quarantine(&self, dir: &Path, offset: u64, len: u64) -> Result<PathBuf> {
+        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let out = dir.join(format!("{name}.{offset:012}.bad"));
+        let mut src = self.file.try_clone().map_err(io_err("open", self.path))?;
+        src.seek(SeekFrom::Start(offset)).map_err(io_err("seek", self.path))?;
+        let mut dst = File::create(&out).map_err(io_err("create", &out))?;
+        std::io::copy(&mut src.take(len), &mut dst).map_err(io_err("write", &out))?;
+        dst.sync_all().map_err(io_err("fsync", &out))?;
+        fsync_dir(dir)?;
+        Ok(out)
+    }
+}
+
+/// Counts bytes `from..to` of a WAL file as one bad record, copies them to `quarantine` (when
+/// replay may write) and says so.
+fn keep_aside(
+    r: &WalReader<'_>,
+    quarantine: Option<&Path>,
+    stats: &mut ReplayStats,
+    from: u64,
+    to: u64,
+    reason: &str,
+) -> Result<()> {
+    stats.quarantined += 1;
+    let copy = quarantine.map(|q| r.quarantine(q, from, to - from)).transpose()?;
+    tracing::warn!(
+        file = %r.path.display(), offset = from, bytes = to - from, reason,
+        copy = %copy.as_deref().map_or_else(|| "none (read-only)".into(), |c| c.display().to_string()),
+        "bad WAL record kept aside; replay goes on after it"
+    );
+    Ok(())
+}
+
+/// Reads the records of one WAL file, calling `f` with each decoded record.
+///
+/// A bad record followed by valid ones (a bad CRC, an impossible length, a payload this weft
+/// cannot decode) is skipped and replay goes on with the next record that checks out; with
+/// `quarantine` set, its bytes are first copied there. Only the tail may be cut, and only
+/// with `quarantine` set (read-only replay changes nothing): a record torn by a crash, or bad
+/// records with nothing valid after them (those bytes are quarantined before the cut).
 pub(crate) fn replay_file(
     path: &Path,
-    truncate: bool,
+    quarantine: Option<&Path>,
     mut f: impl FnMut(WalRecord) -> Result<()>,
 ) -> Result<ReplayStats> {
     let file = File::open(path).map_err(io_err("open", path))?;
     let size = file.metadata().map_err(io_err("stat", path))?.len();
-    let mut r = BufReader::with_capacity(1 << 20, file);
+    let r = WalReader { file: &file, path, size };
     let mut stats = ReplayStats::default();
-    let mut offset: u64 = 0;
-    let mut header = [0u8; 8];
-    let torn = |offset: u64, reason: String| Some((offset, reason));
+    let mut header = [0u8; MAGIC.len()];
     if size < MAGIC.len() as u64 {
-        stats.torn = torn(0, "file shorter than the WAL header".into());
+        stats.torn = Some((0, "file shorter than the WAL header".into()));
     } else {
-        r.read_exact(&mut header).map_err(io_err("read", path))?;
+        r.read_at(&mut header, 0)?;
         if &header != MAGIC {
-            stats.torn = torn(0, "not a weft WAL file (bad header)".into());
-        } else {
-            offset = MAGIC.len() as u64;
+            // Not ours, or its first bytes are damaged: keep it all aside rather than guess.
+            let reason = "not a weft WAL file (bad header)";
+            keep_aside(&r, quarantine, &mut stats, 0, size, reason)?;
+            stats.torn = Some((0, reason.into()));
         }
     }
+    let mut offset = MAGIC.len() as u64;
     let mut payload = Vec::new();
     while stats.torn.is_none() && offset < size {
-        if size - offset < FRAME_HEADER as u64 {
-            stats.torn =
-                torn(offset, format!("{} trailing bytes, shorter than a frame header", size - offset));
-            break;
-        }
-        r.read_exact(&mut header).map_err(io_err("read", path))?;
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as u64;
-        let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        if len > MAX_RECORD as u64 || offset + FRAME_HEADER as u64 + len > size {
-            stats.torn =
-                torn(offset, format!("record length {len} runs past the end of the file ({size} bytes)"));
-            break;
-        }
-        payload.resize(len as usize, 0);
-        r.read_exact(&mut payload).map_err(io_err("read", path))?;
-        if crc32fast::hash(&payload) != crc {
-            stats.torn = torn(offset, "CRC mismatch".into());
-            break;
-        }
-        match decode_record(&payload) {
-            Ok(rec) => f(rec)?,
-            Err(reason) => {
-                stats.torn = torn(offset, format!("undecodable record: {reason}"));
-                break;
+        let (reason, hint, torn_write) = match r.frame(offset, &mut payload)? {
+            Frame::Good(len) => {
+                let end = offset + FRAME_HEADER as u64 + len;
+                match decode_record(&payload) {
+                    Ok(rec) => {
+                        f(rec)?;
+                        stats.records += 1;
+                        stats.bytes += end - offset;
+                    }
+                    // Its frame checks out (it may come from another weft version): the next
+                    // record starts right after it.
+                    Err(reason) => keep_aside(
+                        &r,
+                        quarantine,
+                        &mut stats,
+                        offset,
+                        end,
+                        &format!("undecodable record: {reason}"),
+                    )?,
+                }
+                offset = end;
+                continue;
+            }
+            Frame::Bad(reason, end) => (reason, end, false),
+            Frame::Torn(reason) => (reason, None, true),
+        };
+        match r.resync(offset, hint, &mut payload)? {
+            Resync::At(next) => {
+                keep_aside(&r, quarantine, &mut stats, offset, next, &reason)?;
+                offset = next;
+            }
+            found => {
+                // Nothing valid follows: the tail is cut. A write torn by a crash was never
+                // acknowledged; anything else is kept aside first.
+                if !torn_write || matches!(found, Resync::GaveUp) {
+                    keep_aside(&r, quarantine, &mut stats, offset, size, &reason)?;
+                }
+                stats.torn = Some((offset, reason));
             }
         }
-        stats.records += 1;
-        stats.bytes += FRAME_HEADER as u64 + len;
-        offset += FRAME_HEADER as u64 + len;
     }
     if let Some((at, _)) = &stats.torn
-        && truncate
+        && quarantine.is_some()
     {
-        let keep = (*at).max(MAGIC.len() as u64);
-        let mut file = OpenOptions::new().write(true).open(path).map_err(io_err("open", path))?;
+        let file = OpenOptions::new().write(true).open(path).map_err(io_err("open", path))?;
         if *at < MAGIC.len() as u64 {
             file.set_len(0).map_err(io_err("truncate", path))?;
             file.write_all(MAGIC).map_err(io_err("write", path))?;
         } else {
-            file.set_len(keep).map_err(io_err("truncate", path))?;
+            file.set_len(*at).map_err(io_err("truncate", path))?;
         }
-        file.seek(SeekFrom::End(0)).map_err(io_err("seek", path))?;
         file.sync_all().map_err(io_err("fsync", path))?;
     }
     Ok(stats)
@@ -469,16 +729,20 @@ mod tests {
     }
 
     use super::*;
-    use crate::convert::spans_to_batches;
+    use crate::arrow_rows::spans_to_batches;
 
     fn batches(n: u64) -> SpanBatches {
         let spans: Vec<_> = (0..n).map(crate::testutil::span).collect();
         spans_to_batches(&spans).unwrap()
     }
 
-    fn replay_all(path: &Path, truncate: bool) -> (Vec<usize>, ReplayStats) {
+    fn writer(dir: &Path, id: u64) -> (WalWriter, WalSync) {
+        (WalWriter::create(dir, id, Arc::new(OsFiles)).unwrap(), WalSync::new(id))
+    }
+
+    fn replay_all(path: &Path, quarantine: Option<&Path>) -> (Vec<usize>, ReplayStats) {
         let mut rows = Vec::new();
-        let st = replay_file(path, truncate, |r| {
+        let st = replay_file(path, quarantine, |r| {
             if let WalRecord::Spans(b) = r {
                 rows.push(b.spans.num_rows());
             }
@@ -508,16 +772,19 @@ mod tests {
         let WalRecord::Spans(back) = decode_record(&p).unwrap() else { panic!("not spans") };
         assert_eq!(back.resources.num_rows(), 4, "svc-0, svc-1, the other one, svc-2");
         assert_eq!(back.logical_spans().unwrap(), logical);
-        let again =
-            crate::convert::batches_to_spans(&[back.logical_spans().unwrap()], &[back.events], &[back.links]);
+        let again = crate::arrow_rows::batches_to_spans(
+            &[back.logical_spans().unwrap()],
+            &[back.events],
+            &[back.links],
+        );
         assert_eq!(again.unwrap(), spans);
         // A current record names the resources the same way.
         let mut p = Vec::new();
         encode_spans(&b, &mut p).unwrap();
         let WalRecord::Spans(cur) = decode_record(&p).unwrap() else { panic!("not spans") };
         assert_eq!(cur.logical_spans().unwrap(), logical);
-        // A reference past the record's resources: the record does not decode (replay ends
-        // the file there, as for any corrupt record), and the buffer refuses it too.
+        // A reference past the record's resources: the record does not decode (replay keeps
+        // it aside, as any undecodable record), and the buffer refuses it too.
         let bad = SpanBatches { resources: cur.resources.slice(0, 1), ..cur };
         let mut p = Vec::new();
         encode_spans(&bad, &mut p).unwrap();
@@ -553,7 +820,7 @@ mod tests {
         old_fields.push("cpu", 1i64);
         old_fields.0.extend(payload.0.iter().cloned());
         // What the previous conversion stored: the name as the first field, no name column.
-        let old = crate::convert::events_to_batch(&[tp(old_fields)]).unwrap();
+        let old = crate::arrow_rows::events_to_batch(&[tp(old_fields)]).unwrap();
         let v1 = old.project(&[0, 1, 2, 3, 4, 6, 7, 8, 9, 10]).unwrap();
         assert_eq!(v1.schema(), crate::schema::events_schema_v1());
         let mut p = vec![KIND_EVENTS_V1];
@@ -562,9 +829,9 @@ mod tests {
         let mut want_fields = Attributes::new();
         want_fields.push("cpu", 1i64);
         want_fields.0.extend(payload.0.iter().cloned());
-        assert_eq!(back, crate::convert::events_to_batch(&[tp(want_fields)]).unwrap());
+        assert_eq!(back, crate::arrow_rows::events_to_batch(&[tp(want_fields)]).unwrap());
         // A current record keeps name and payload apart.
-        let cur = crate::convert::events_to_batch(&[tp(payload)]).unwrap();
+        let cur = crate::arrow_rows::events_to_batch(&[tp(payload)]).unwrap();
         let mut p = Vec::new();
         encode_events(&cur, &mut p).unwrap();
         let WalRecord::Events(again) = decode_record(&p).unwrap() else { panic!("not events") };
@@ -574,15 +841,14 @@ mod tests {
     #[test]
     fn append_and_replay() {
         let dir = tempfile::tempdir().unwrap();
-        let sync = WalSync::new(1);
-        let mut w = WalWriter::create(dir.path(), 1).unwrap();
+        let (mut w, sync) = writer(dir.path(), 1);
         for n in [1, 5, 200] {
             let mut p = Vec::new();
             encode_spans(&batches(n), &mut p).unwrap();
-            let (f, end) = w.append(&p).unwrap();
+            let (f, end) = w.append(&p, &sync).unwrap();
             sync.sync_to(&f, end).unwrap();
         }
-        let (rows, st) = replay_all(&wal_path(dir.path(), 1), false);
+        let (rows, st) = replay_all(&wal_path(dir.path(), 1), None);
         assert_eq!(rows, vec![1, 5, 200]);
         assert!(st.torn.is_none());
     }
@@ -590,22 +856,24 @@ mod tests {
     #[test]
     fn torn_tail_is_truncated_and_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = WalWriter::create(dir.path(), 7).unwrap();
+        let (mut w, sync) = writer(dir.path(), 7);
         let mut p = Vec::new();
         encode_spans(&batches(3), &mut p).unwrap();
-        let (_, good_end) = w.append(&p).unwrap();
-        w.append(&p).unwrap();
+        let (_, good_end) = w.append(&p, &sync).unwrap();
+        w.append(&p, &sync).unwrap();
         let path = wal_path(dir.path(), 7);
         let full = std::fs::metadata(&path).unwrap().len();
         // Cut the second record in half: a write torn by a crash.
         let f = OpenOptions::new().write(true).open(&path).unwrap();
         f.set_len(full - 10).unwrap();
-        let (rows, st) = replay_all(&path, true);
+        let q = dir.path().join("quarantine");
+        let (rows, st) = replay_all(&path, Some(&q));
         assert_eq!(rows, vec![3]);
         assert_eq!(st.torn.as_ref().unwrap().0, good_end);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), good_end);
+        assert!(!q.exists(), "a write torn by a crash was never acknowledged: nothing kept");
         // Replaying again finds a clean file.
-        let (rows, st) = replay_all(&path, true);
+        let (rows, st) = replay_all(&path, Some(&q));
         assert_eq!(rows, vec![3]);
         assert!(st.torn.is_none());
     }
@@ -613,18 +881,75 @@ mod tests {
     #[test]
     fn corrupt_byte_fails_crc() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = WalWriter::create(dir.path(), 1).unwrap();
+        let (mut w, sync) = writer(dir.path(), 1);
         let mut p = Vec::new();
         encode_spans(&batches(2), &mut p).unwrap();
-        w.append(&p).unwrap();
+        w.append(&p, &sync).unwrap();
         let path = wal_path(dir.path(), 1);
         let mut bytes = std::fs::read(&path).unwrap();
         let last = bytes.len() - 3;
         bytes[last] ^= 0xff;
         std::fs::write(&path, &bytes).unwrap();
-        let (rows, st) = replay_all(&path, false);
+        let (rows, st) = replay_all(&path, None);
         assert!(rows.is_empty());
         assert!(st.torn.unwrap().1.contains("CRC"));
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "read-only replay changes nothing");
+        // The last record, complete but failing its CRC, with nothing after it: cut, but its
+        // bytes are kept aside first.
+        let q = dir.path().join("quarantine");
+        let (rows, st) = replay_all(&path, Some(&q));
+        assert!(rows.is_empty());
+        assert_eq!((st.quarantined, st.torn.map(|t| t.0)), (1, Some(MAGIC.len() as u64)));
+        assert_eq!(std::fs::read(&path).unwrap(), MAGIC);
+        let kept = q.join(format!("0000000000000001.wal.{:012}.bad", MAGIC.len()));
+        assert_eq!(std::fs::read(kept).unwrap(), &bytes[MAGIC.len()..]);
+    }
+
+    /// Writes records of 1, 2, 3 and 4 spans to WAL file 1; returns its path and where each
+    /// record starts (then where the file ends).
+    fn four_records(dir: &Path) -> (PathBuf, Vec<u64>) {
+        let (mut w, sync) = writer(dir, 1);
+        let mut starts = vec![MAGIC.len() as u64];
+        for n in 1..=4 {
+            let mut p = Vec::new();
+            encode_spans(&batches(n), &mut p).unwrap();
+            starts.push(w.append(&p, &sync).unwrap().1);
+        }
+        (wal_path(dir, 1), starts)
+    }
+
+    /// A bad record with valid ones after it: a flipped payload byte (its length still
+    /// holds), a flipped length byte (the next record is found by scanning), a payload this
+    /// weft cannot decode (a newer kind; its frame checks out). Replay keeps it aside (a copy
+    /// in the quarantine directory, named by file and offset), and goes on; the WAL is not cut.
+    #[test]
+    fn a_bad_record_in_the_middle_is_kept_aside_and_replay_goes_on() {
+        for damage in ["payload", "length", "kind"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (path, starts) = four_records(dir.path());
+            let mut bytes = std::fs::read(&path).unwrap();
+            let (at, end) = (starts[1] as usize, starts[2] as usize);
+            match damage {
+                "payload" => bytes[at + 40] ^= 0x55,
+                "length" => bytes[at + 2] ^= 0x7f,
+                _ => {
+                    bytes[at + FRAME_HEADER] = 9;
+                    let crc = crc32fast::hash(&bytes[at + FRAME_HEADER..end]);
+                    bytes[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+                }
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let q = dir.path().join("quarantine");
+            let (rows, st) = replay_all(&path, None);
+            assert_eq!((rows, st.quarantined), (vec![1, 3, 4], 1), "{damage}, read-only");
+            assert!(!q.exists(), "{damage}: read-only replay writes nothing");
+            let (rows, st) = replay_all(&path, Some(&q));
+            assert_eq!((rows, st.quarantined), (vec![1, 3, 4], 1), "{damage}");
+            assert!(st.torn.is_none(), "{damage}");
+            let kept = q.join(format!("0000000000000001.wal.{at:012}.bad"));
+            assert_eq!(std::fs::read(&kept).unwrap(), &bytes[at..end], "{damage}");
+            assert_eq!(std::fs::read(&path).unwrap(), bytes, "{damage}: the WAL is not cut");
+        }
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Inner {
             m.next_segment_id += 1;
             id
         };
-        let meta = segment::write_segment(
+        let mut meta = segment::write_segment(
             &self.seg_dir,
             id,
             level + 1,
@@ -86,6 +86,8 @@ impl Inner {
             (ops.into_iter().collect(), complete),
             &self.cfg.write,
         )?;
+        // Its spans are as old (to retention) as when they were first written.
+        meta.spans_written_ns = best.iter().map(|s| s.meta.written_ns()).max().unwrap_or(meta.created_ns);
         wal::fsync_dir(&self.seg_dir)?;
         let seg = Arc::new(Segment::open(&self.seg_dir, meta.clone())?);
         let inputs: Vec<u64> = best.iter().map(|s| s.meta.id).collect();

@@ -54,7 +54,7 @@ impl Inner {
                 std::fs::create_dir_all(d).map_err(error::io_err("create directory", d))?;
             }
         }
-        let manifest = manifest::load(&dir)?;
+        let manifest = manifest::open(&dir, &seg_dir, read_only)?;
 
         // Segments named by the manifest; anything else in segments/ is a leftover.
         let mut segments = Vec::new();
@@ -82,6 +82,7 @@ impl Inner {
         let mut active = MemTable::default();
         let mut frozen = VecDeque::new();
         let mut last_id = manifest.wal_checkpoint;
+        let quarantine = dir.join("quarantine");
         for (id, path) in &wal_files {
             if *id <= manifest.wal_checkpoint {
                 if !read_only {
@@ -89,11 +90,13 @@ impl Inner {
                 }
                 continue;
             }
-            let stats = wal::replay_file(path, !read_only, |rec| match rec {
-                WalRecord::Spans(b) => active.push_spans(b),
-                WalRecord::Events(b) => active.push_events(b),
-            })?;
+            let stats =
+                wal::replay_file(path, (!read_only).then_some(quarantine.as_path()), |rec| match rec {
+                    WalRecord::Spans(b) => active.push_spans(b),
+                    WalRecord::Events(b) => active.push_events(b),
+                })?;
             metrics.wal_records_replayed.fetch_add(stats.records, Ordering::Relaxed);
+            metrics.wal_records_quarantined.fetch_add(stats.quarantined, Ordering::Relaxed);
             if let Some((offset, reason)) = &stats.torn {
                 metrics.wal_records_torn.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -111,7 +114,7 @@ impl Inner {
         let (writer, sync) = if read_only {
             (None, WalSync::new(active_wal))
         } else {
-            (Some(WalWriter::create(&wal_dir, active_wal)?), WalSync::new(active_wal))
+            (Some(WalWriter::create(&wal_dir, active_wal, cfg.wal_files.clone())?), WalSync::new(active_wal))
         };
         if !active.is_empty() && !read_only {
             // Replayed data lives in older WAL files: freeze it so it is flushed promptly.

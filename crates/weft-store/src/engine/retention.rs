@@ -15,7 +15,7 @@ impl Inner {
         if let Some(age) = self.cfg.retention_age {
             let cutoff = now_ns.saturating_sub(age.as_nanos().min(u64::MAX as u128) as u64);
             for s in &segs {
-                if s.max_time_ns() < cutoff {
+                if s.written_ns() < cutoff {
                     victims.push(s.id);
                 }
             }
@@ -23,7 +23,7 @@ impl Inner {
         }
         if let Some(limit) = self.cfg.retention_bytes {
             let mut rest: Vec<&SegmentMeta> = segs.iter().filter(|s| !victims.contains(&s.id)).collect();
-            rest.sort_by_key(|s| (s.max_time_ns(), s.id));
+            rest.sort_by_key(|s| (s.written_ns(), s.id));
             let mut total: u64 = rest.iter().map(|s| s.bytes()).sum();
             let mut by_size = 0;
             for s in rest {

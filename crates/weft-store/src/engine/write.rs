@@ -56,9 +56,12 @@ impl Inner {
     }
 
     pub(crate) fn poison(&self, e: StoreError) -> StoreError {
-        let msg = e.to_string();
-        tracing::error!(error = %msg, "WAL write failed; the store refuses further writes");
-        *self.poisoned.lock() = Some(msg);
+        let mut poisoned = self.poisoned.lock();
+        if poisoned.is_none() {
+            let msg = e.to_string();
+            tracing::error!(error = %msg, "WAL write failed; the store refuses further writes");
+            *poisoned = Some(msg);
+        }
         e
     }
 
@@ -70,7 +73,7 @@ impl Inner {
         let (file, end, freeze) = {
             let mut wal = self.wal.lock();
             let w = wal.as_mut().ok_or(StoreError::ReadOnly)?;
-            let (file, end) = w.append(payload).map_err(|e| self.poison(e))?;
+            let (file, end) = w.append(payload, &self.sync).map_err(|e| self.poison(e))?;
             let mut st = self.state.write();
             push(&mut st.active)?;
             let freeze = st.active.bytes >= self.cfg.flush_bytes;

@@ -1,6 +1,7 @@
 //! weft-store integration tests (one binary: DataFusion links once).
 
 mod durability;
+mod faults;
 mod maintenance;
 mod reads;
 mod resources;

@@ -25,6 +25,11 @@ fn compaction_merges_small_segments_and_keeps_every_span() {
     let after = store.segments();
     assert!(after.len() < before.len(), "{} -> {}", before.len(), after.len());
     assert!(after.iter().any(|s| s.level == 1));
+    // Compaction does not make its spans younger to retention.
+    let newest_input = before.iter().map(|s| s.written_ns()).max().unwrap();
+    for s in after.iter().filter(|s| s.level == 1) {
+        assert!(s.written_ns() <= newest_input && s.written_ns() < s.created_ns, "{s:?}");
+    }
     let df = block(ctx.sql("SELECT count(*) FROM spans")).unwrap();
     let old = block(df.collect()).unwrap();
     let n =
@@ -61,6 +66,18 @@ fn retention_by_age_and_by_size() {
     store.flush().unwrap();
     store.append(&fresh).unwrap();
     store.flush().unwrap();
+    // Spans stamped 3 hours back (a skewed clock) were written just now: they stay.
+    assert_eq!(store.apply_retention().unwrap(), 0);
+    assert_eq!(store.segments().len(), 2);
+    drop(store);
+    // Age goes by when weft wrote them: as if the first segment had been written 3 hours ago.
+    let path = dir.path().join(weft_store::manifest::MANIFEST);
+    let mut m: weft_store::Manifest = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m.segments[0].spans_written_ns = now - 3 * 3600 * 1_000_000_000;
+    weft_store::manifest::store(dir.path(), &m).unwrap();
+    let mut c = config(dir.path());
+    c.retention_age = Some(Duration::from_secs(3600));
+    let store = Store::open(c).unwrap();
     assert_eq!(store.apply_retention().unwrap(), 1);
     let segs = store.segments();
     assert_eq!(segs.len(), 1);

@@ -1,0 +1,236 @@
+//! Faults: damaged WAL records, failed fsyncs (through the WAL's file seam), a lost manifest.
+//! Nothing acknowledged is lost, and nothing is acknowledged that a failure may have lost.
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{Array, Int64Array};
+use weft_store::wal::{OsFiles, WalFiles, WalIo};
+use weft_store::{FsyncPolicy, Store, StoreError};
+
+use crate::{block, config, open, spans};
+
+fn count(store: &Store) -> i64 {
+    let r = block(store.sql("SELECT count(*) FROM spans", 10)).unwrap();
+    r.batches[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+}
+
+fn only_wal_file(dir: &Path) -> std::path::PathBuf {
+    let files: Vec<_> = std::fs::read_dir(dir.join("wal")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+#[test]
+fn a_corrupt_record_in_the_middle_of_a_wal_loses_only_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(30, 400);
+    {
+        let store = open(dir.path());
+        for part in all.chunks(100) {
+            store.append(part).unwrap();
+        }
+    }
+    // Flip a byte inside the second record: [8-byte file header][len][crc][payload]...
+    let wal = only_wal_file(dir.path());
+    let mut bytes = std::fs::read(&wal).unwrap();
+    let first_len = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+    let second = 8 + 8 + first_len;
+    bytes[second + 8 + 100] ^= 0x40;
+    std::fs::write(&wal, &bytes).unwrap();
+
+    let store = open(dir.path());
+    let want = (all.len() - 100) as i64;
+    assert_eq!(count(&store), want, "the records after the bad one are replayed");
+    let m = store.metrics();
+    assert_eq!(m.wal_records_replayed.load(Ordering::Relaxed), all.chunks(100).count() as u64 - 1);
+    assert_eq!(m.wal_records_quarantined.load(Ordering::Relaxed), 1);
+    assert_eq!(m.wal_records_torn.load(Ordering::Relaxed), 0);
+    let kept: Vec<_> =
+        std::fs::read_dir(dir.path().join("quarantine")).unwrap().map(|e| e.unwrap()).collect();
+    assert_eq!(kept.len(), 1);
+    let name = kept[0].file_name().into_string().unwrap();
+    let wal_name = wal.file_name().unwrap().to_str().unwrap();
+    assert_eq!(name, format!("{wal_name}.{second:012}.bad"));
+    store.flush().unwrap();
+    drop(store);
+    assert_eq!(count(&open(dir.path())), want);
+}
+
+/// What the fake file system does to the WAL's fsyncs.
+#[derive(Debug, Default)]
+struct Faults {
+    /// The next fsync fails, after waiting while `hold` is set. The one after it succeeds, as
+    /// Linux's does after a failure (the dirty pages it dropped are lost all the same).
+    fail_next_sync: AtomicBool,
+    hold: Mutex<bool>,
+    released: Condvar,
+    /// A failing fsync has started.
+    failing: AtomicBool,
+    writes: AtomicUsize,
+}
+
+#[derive(Debug, Clone, Default)]
+struct FaultyFiles(Arc<Faults>);
+
+struct FaultyFile {
+    file: Box<dyn WalIo>,
+    faults: Arc<Faults>,
+}
+
+impl WalFiles for FaultyFiles {
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WalIo>> {
+        Ok(Box::new(FaultyFile { file: OsFiles.create(path)?, faults: self.0.clone() }))
+    }
+}
+
+impl WalIo for FaultyFile {
+    fn write_all(&self, buf: &[u8]) -> io::Result<()> {
+        self.faults.writes.fetch_add(1, Ordering::SeqCst);
+        self.file.write_all(buf)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        if self.faults.fail_next_sync.swap(false, Ordering::SeqCst) {
+            self.faults.failing.store(true, Ordering::SeqCst);
+            let mut held = self.faults.hold.lock().unwrap();
+            while *held {
+                held = self.faults.released.wait(held).unwrap();
+            }
+            return Err(io::Error::other("injected fsync failure (EIO)"));
+        }
+        self.file.sync_data()
+    }
+}
+
+fn faulty_store(dir: &Path, fsync: FsyncPolicy) -> (Store, Arc<Faults>) {
+    let files = FaultyFiles::default();
+    let mut c = config(dir);
+    c.fsync = fsync;
+    c.wal_files = Arc::new(files.clone());
+    (Store::open(c).unwrap(), files.0)
+}
+
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// An appender waiting for someone else's fsync that fails must not sync again itself,
+/// succeed, and acknowledge: its record may be in the pages the failed fsync dropped.
+#[test]
+fn a_failed_fsync_is_not_masked_by_a_waiting_appender() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(31, 300);
+    {
+        let (store, faults) = faulty_store(dir.path(), FsyncPolicy::Always);
+        store.append(&all[..100]).unwrap();
+        *faults.hold.lock().unwrap() = true;
+        faults.fail_next_sync.store(true, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            let a = s.spawn(|| store.append(&all[100..200]));
+            wait_for("the first appender's fsync", || faults.failing.load(Ordering::SeqCst));
+            let writes = faults.writes.load(Ordering::SeqCst);
+            let b = s.spawn(|| store.append(&all[200..]));
+            wait_for("the second appender's write", || faults.writes.load(Ordering::SeqCst) > writes);
+            // Let it reach the wait for the fsync in flight.
+            std::thread::sleep(Duration::from_millis(200));
+            *faults.hold.lock().unwrap() = false;
+            faults.released.notify_all();
+            assert!(a.join().unwrap().is_err(), "the failed fsync is reported");
+            let b = b.join().unwrap();
+            assert!(b.is_err(), "an append covered by a failed fsync was acknowledged: {b:?}");
+        });
+        let later = store.append(&all[..1]);
+        assert!(matches!(later, Err(StoreError::Poisoned(_))), "{later:?}");
+    }
+    // Reopened, the WAL accepts appends again; what was acknowledged is there.
+    let store = open(dir.path());
+    assert!(count(&store) >= 100);
+    store.append(&all[..1]).unwrap();
+}
+
+/// A failed fsync of the old file when the WAL rotates (freezing the buffer for a flush):
+/// nothing is acknowledged after it, although the next fsync would succeed.
+#[test]
+fn a_failed_fsync_at_rotation_stops_acknowledgements() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(32, 200);
+    {
+        let (store, faults) = faulty_store(dir.path(), FsyncPolicy::Always);
+        store.append(&all[..100]).unwrap();
+        faults.fail_next_sync.store(true, Ordering::SeqCst);
+        assert!(store.flush().is_err(), "the rotation's fsync failed");
+        let later = store.append(&all[100..]);
+        assert!(
+            matches!(later, Err(StoreError::Poisoned(_))),
+            "acknowledged after a failed fsync: {later:?}"
+        );
+    }
+    let store = open(dir.path());
+    assert_eq!(count(&store), 100);
+    store.append(&all[100..]).unwrap();
+    assert_eq!(count(&store), all.len() as i64);
+}
+
+fn segment_files(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A lost MANIFEST.json never makes open delete the segments: it refuses, naming the
+/// directory and the files; with the manifest back, every span is there.
+#[test]
+fn a_missing_manifest_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(33, 300);
+    {
+        let store = open(dir.path());
+        store.append(&all[..150]).unwrap();
+        store.flush().unwrap();
+        store.append(&all[150..]).unwrap();
+        store.close().unwrap();
+    }
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 2, "{files:?}");
+    let manifest = dir.path().join("MANIFEST.json");
+    let saved = std::fs::read(&manifest).unwrap();
+    std::fs::remove_file(&manifest).unwrap();
+    match Store::open(config(dir.path())) {
+        Err(e) => {
+            let e = e.to_string();
+            assert!(e.contains("MANIFEST.json") && e.contains("segments") && e.contains(&files[0]), "{e}");
+        }
+        Ok(s) => panic!("opened without its manifest: {} spans", count(&s)),
+    }
+    assert_eq!(segment_files(dir.path()), files, "no segment file deleted");
+    std::fs::write(&manifest, saved).unwrap();
+    assert_eq!(count(&open(dir.path())), all.len() as i64);
+}
+
+/// A new store writes its manifest at once: a crash in its first flush (segment files
+/// written, manifest not yet replaced) still opens, the WAL holding the data.
+#[test]
+fn a_new_store_has_a_manifest_before_its_first_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(34, 100);
+    {
+        let store = open(dir.path());
+        assert!(dir.path().join("MANIFEST.json").exists());
+        store.append(&all).unwrap();
+    }
+    let orphan = dir.path().join("segments").join("seg-0000000001-spans.parquet");
+    std::fs::write(&orphan, b"partial").unwrap();
+    let store = open(dir.path());
+    assert_eq!(count(&store), all.len() as i64);
+    assert!(!orphan.exists(), "leftover of the interrupted flush removed");
+}
