@@ -5,6 +5,7 @@
 //! test binary), LTTng, perf, ns-3, headless Chromium. One binary for all of them.
 
 mod agent;
+mod architecture;
 mod breakdown;
 mod case_study;
 mod common;
