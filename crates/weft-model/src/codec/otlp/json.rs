@@ -23,14 +23,13 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::BufRead;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, Start, element_error};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, Start, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::stream::read_all;
 use crate::id::{SpanId, TraceId};
@@ -84,34 +83,31 @@ fn decode_fast(bytes: &[u8]) -> Option<Vec<Span>> {
 }
 
 /// Streaming OTLP/JSON reader: one `ResourceSpans` at a time.
-pub(crate) struct JsonReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
-}
+pub(crate) type JsonReader<R> = ElementReader<R, ResourceSpansElements>;
 
-impl<R: BufRead> JsonReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        JsonReader { stream: ArrayStream::new(r, FORMAT, KEYS, EXPECTED), buf: Vec::new() }
-    }
+/// Decodes one `ResourceSpans`.
+#[derive(Default)]
+pub(crate) struct ResourceSpansElements;
 
-    /// Decodes the next `ResourceSpans` into `out`; `false` at the end of the input.
-    pub(crate) fn next_into(
+impl ElementDecoder for ResourceSpansElements {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = KEYS;
+    const EXPECTED: &'static str = EXPECTED;
+
+    fn decode(
         &mut self,
-        mode: Mode,
+        el: Element<'_>,
+        sink: &mut Sink<'_>,
         out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
-        let prefix = format!("resourceSpans[{index}]");
-        let rs: JResourceSpans<'_> = match serde_json::from_slice(&self.buf) {
+    ) -> Result<(), CodecError> {
+        let prefix = format!("resourceSpans[{}]", el.index);
+        let rs: JResourceSpans<'_> = match serde_json::from_slice(el.bytes) {
             Ok(v) => v,
-            Err(e) => return Err(element_error::<JResourceSpans<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+            Err(e) => {
+                return Err(element_error::<JResourceSpans<'_>>(FORMAT, e, el.bytes, el.start, &prefix));
+            }
         };
-        let mut sink = Sink { mode, rejected };
-        convert(rs, &prefix, start, &mut sink, out)?;
-        Ok(true)
+        convert(rs, &prefix, el.start, sink, out)
     }
 }
 

@@ -24,15 +24,14 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::BufRead;
 use std::net::Ipv4Addr;
 
 use serde::Deserialize;
 use serde::de::{self, Visitor};
 
 use super::{Endpoint, Interner, ZSpan};
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, element_error};
+use crate::codec::error::{CodecError, ErrorKind, Rejected, Sink, lenient, strict};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, element_error};
 use crate::codec::otlp::json::Num;
 use crate::codec::stream::read_all;
 use crate::id::{SpanId, TraceId};
@@ -53,41 +52,35 @@ pub fn decode_v1_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), Cod
 }
 
 /// Streaming reader: one v1 span (one or two weft spans) at a time.
-pub(crate) struct V1JsonReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
+pub(crate) type V1JsonReader<R> = ElementReader<R, V1Elements>;
+
+/// Decodes one v1 span (one or two weft spans), or hands it to the sink as rejected.
+#[derive(Default)]
+pub(crate) struct V1Elements {
     interner: Interner,
 }
 
-impl<R: BufRead> V1JsonReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        V1JsonReader {
-            stream: ArrayStream::new(r, FORMAT, &[], EXPECTED),
-            buf: Vec::new(),
-            interner: Interner::default(),
-        }
-    }
+impl ElementDecoder for V1Elements {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = &[];
+    const EXPECTED: &'static str = EXPECTED;
 
-    /// Decodes the next v1 span into `out` (or counts it as rejected); `false` at the end.
-    pub(crate) fn next_into(
+    fn decode(
         &mut self,
-        mode: Mode,
+        el: Element<'_>,
+        sink: &mut Sink<'_>,
         out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
-        let prefix = format!("[{index}]");
-        let result = match serde_json::from_slice::<JSpan<'_>>(&self.buf) {
-            Ok(j) => convert(j, &mut self.interner).map_err(|e| e.within(&prefix).at(start.position())),
-            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+    ) -> Result<(), CodecError> {
+        let prefix = format!("[{}]", el.index);
+        let result = match serde_json::from_slice::<JSpan<'_>>(el.bytes) {
+            Ok(j) => convert(j, &mut self.interner).map_err(|e| e.within(&prefix).at(el.start.position())),
+            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, el.bytes, el.start, &prefix)),
         };
         match result {
             Ok(spans) => out.extend(spans),
-            Err(e) => Sink { mode, rejected }.reject(e)?,
+            Err(e) => sink.reject(e)?,
         }
-        Ok(true)
+        Ok(())
     }
 }
 

@@ -3,15 +3,14 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::BufRead;
 
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
 use super::{Endpoint, Interner, ZSpan};
 use crate::codec::Losses;
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, element_error};
+use crate::codec::error::{CodecError, ErrorKind, Rejected, Sink, lenient, strict};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
 use crate::codec::stream::read_all;
@@ -84,45 +83,40 @@ pub fn encode_v2_json_with(spans: &[Span], losses: &mut Losses) -> Vec<u8> {
 }
 
 /// Streaming reader: one span at a time.
-pub(crate) struct V2JsonReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
+pub(crate) type V2JsonReader<R> = ElementReader<R, V2Elements>;
+
+/// Decodes one span, or hands it to the sink as rejected.
+#[derive(Default)]
+pub(crate) struct V2Elements {
     interner: Interner,
 }
 
-impl<R: BufRead> V2JsonReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        V2JsonReader {
-            stream: ArrayStream::new(r, FORMAT, &[], EXPECTED),
-            buf: Vec::new(),
-            interner: Interner::default(),
-        }
-    }
+impl ElementDecoder for V2Elements {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = &[];
+    const EXPECTED: &'static str = EXPECTED;
 
-    /// Decodes the next span into `out` (or counts it as rejected); `false` at the end.
-    pub(crate) fn next_into(
+    fn decode(
         &mut self,
-        mode: Mode,
+        el: Element<'_>,
+        sink: &mut Sink<'_>,
         out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
+    ) -> Result<(), CodecError> {
+        let index = el.index;
         // The scanner takes the usual span; serde anything else (and names what is wrong).
-        let parsed = match super::scan::element(&self.buf) {
+        let parsed = match super::scan::element(el.bytes) {
             Some(j) => Ok(j),
-            None => serde_json::from_slice::<JSpan<'_>>(&self.buf),
+            None => serde_json::from_slice::<JSpan<'_>>(el.bytes),
         };
         let result = match parsed {
-            Ok(j) => j.into_zipkin().map_err(|e| e.within(&format!("[{index}]")).at(start.position())),
-            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, &self.buf, start, &format!("[{index}]"))),
+            Ok(j) => j.into_zipkin().map_err(|e| e.within(&format!("[{index}]")).at(el.start.position())),
+            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, el.bytes, el.start, &format!("[{index}]"))),
         };
         match result {
             Ok(z) => out.push(super::to_span(z, &mut self.interner)),
-            Err(e) => Sink { mode, rejected }.reject(e)?,
+            Err(e) => sink.reject(e)?,
         }
-        Ok(true)
+        Ok(())
     }
 }
 
