@@ -305,12 +305,7 @@ impl ElementDecoder for TraceElements {
     const KEYS: &'static [&'static str] = &["data"];
     const EXPECTED: &'static str = EXPECTED;
 
-    fn decode(
-        &mut self,
-        el: Element<'_>,
-        sink: &mut Sink<'_>,
-        out: &mut Vec<Span>,
-    ) -> Result<(), CodecError> {
+    fn decode(&mut self, el: Element<'_>, mut sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError> {
         let prefix = format!("data[{}]", el.index);
         let trace: JTrace<'_> = match serde_json::from_slice(el.bytes) {
             Ok(t) => t,

@@ -413,8 +413,7 @@ pub(crate) trait ElementDecoder: Default {
 
     /// Decodes one element into `out`, handing each span it cannot accept to `sink`; an
     /// error returned ends the read.
-    fn decode(&mut self, el: Element<'_>, sink: &mut Sink<'_>, out: &mut Vec<Span>)
-    -> Result<(), CodecError>;
+    fn decode(&mut self, el: Element<'_>, sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError>;
 }
 
 /// Streaming reader of a JSON format: one array element at a time, decoded by `D`.
@@ -448,7 +447,7 @@ impl<R: BufRead, D: ElementDecoder> NextInto for ElementReader<R, D> {
             return Ok(false);
         };
         let el = Element { bytes: &self.buf, start, index };
-        self.decoder.decode(el, &mut Sink { mode, rejected }, out)?;
+        self.decoder.decode(el, Sink { mode, rejected }, out)?;
         Ok(true)
     }
 }
