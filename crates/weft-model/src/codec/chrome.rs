@@ -199,12 +199,7 @@ impl<W: Write> SpanWriter for ChromeWriter<W> {
                 w::str(&mut buf, ph);
                 buf.extend_from_slice(b",\"name\":\"link\",\"cat\":\"link\",\"id\":");
                 w::u64(&mut buf, n as u64 + 1);
-                buf.extend_from_slice(b",\"pid\":");
-                w::u64(&mut buf, p.pid as u64);
-                buf.extend_from_slice(b",\"tid\":");
-                w::i64(&mut buf, p.tid);
-                buf.extend_from_slice(b",\"ts\":");
-                micros(&mut buf, p.ts);
+                pid_tid_ts(&mut buf, p.pid, p.tid, p.ts);
                 if ph == "f" {
                     buf.extend_from_slice(b",\"bp\":\"e\"");
                 }
@@ -240,12 +235,7 @@ fn complete_event(out: &mut Vec<u8>, s: &Span, pid: u32, tid: i64) {
     w::str(out, &s.name);
     out.extend_from_slice(b",\"cat\":");
     w::str(out, if s.scope.name.is_empty() { "span" } else { &s.scope.name });
-    out.extend_from_slice(b",\"pid\":");
-    w::u64(out, pid as u64);
-    out.extend_from_slice(b",\"tid\":");
-    w::i64(out, tid);
-    out.extend_from_slice(b",\"ts\":");
-    micros(out, s.start_ns);
+    pid_tid_ts(out, pid, tid, s.start_ns);
     out.extend_from_slice(b",\"dur\":");
     micros(out, s.end_ns.saturating_sub(s.start_ns));
     out.extend_from_slice(b",\"args\":{\"trace_id\":");
@@ -274,15 +264,21 @@ fn complete_event(out: &mut Vec<u8>, s: &Span, pid: u32, tid: i64) {
     out.extend_from_slice(b"}}");
 }
 
-fn instant_event(out: &mut Vec<u8>, e: &crate::span::SpanEvent, s: &Span, pid: u32, tid: i64) {
-    out.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"t\",\"name\":");
-    w::str(out, &e.name);
-    out.extend_from_slice(b",\"cat\":\"event\",\"pid\":");
+/// The `pid`, `tid` and `ts` members of an event (`ts` in microseconds).
+fn pid_tid_ts(out: &mut Vec<u8>, pid: u32, tid: i64, ts_ns: u64) {
+    out.extend_from_slice(b",\"pid\":");
     w::u64(out, pid as u64);
     out.extend_from_slice(b",\"tid\":");
     w::i64(out, tid);
     out.extend_from_slice(b",\"ts\":");
-    micros(out, e.time_ns);
+    micros(out, ts_ns);
+}
+
+fn instant_event(out: &mut Vec<u8>, e: &crate::span::SpanEvent, s: &Span, pid: u32, tid: i64) {
+    out.extend_from_slice(b"{\"ph\":\"i\",\"s\":\"t\",\"name\":");
+    w::str(out, &e.name);
+    out.extend_from_slice(b",\"cat\":\"event\"");
+    pid_tid_ts(out, pid, tid, e.time_ns);
     out.extend_from_slice(b",\"args\":{\"span_id\":");
     w::span_id(out, &s.span_id);
     for kv in e.attributes.iter() {

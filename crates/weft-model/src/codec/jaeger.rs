@@ -20,14 +20,14 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::Arc;
 
 use base64::Engine;
 use serde::Deserialize;
 
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, element_error};
+use crate::codec::error::{CodecError, ErrorKind, Rejected, Sink, lenient, strict};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
 use crate::codec::stream::read_all;
@@ -294,43 +294,35 @@ fn write_tag(out: &mut Vec<u8>, key: &str, v: &Value, losses: &mut Losses) {
 // Reading.
 
 /// Streaming reader: one trace (`data[]` element) at a time.
-pub(crate) struct JaegerReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
-}
+pub(crate) type JaegerReader<R> = ElementReader<R, TraceElements>;
 
-impl<R: BufRead> JaegerReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        JaegerReader { stream: ArrayStream::new(r, FORMAT, &["data"], EXPECTED), buf: Vec::new() }
-    }
+/// Decodes one trace, handing each span it cannot accept to the sink.
+#[derive(Default)]
+pub(crate) struct TraceElements;
 
-    pub(crate) fn next_into(
-        &mut self,
-        mode: Mode,
-        out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
-        let prefix = format!("data[{index}]");
-        let trace: JTrace<'_> = match serde_json::from_slice(&self.buf) {
+impl ElementDecoder for TraceElements {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = &["data"];
+    const EXPECTED: &'static str = EXPECTED;
+
+    fn decode(&mut self, el: Element<'_>, mut sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError> {
+        let prefix = format!("data[{}]", el.index);
+        let trace: JTrace<'_> = match serde_json::from_slice(el.bytes) {
             Ok(t) => t,
-            Err(e) => return Err(element_error::<JTrace<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+            Err(e) => return Err(element_error::<JTrace<'_>>(FORMAT, e, el.bytes, el.start, &prefix)),
         };
         let mut processes: HashMap<&str, Arc<Resource>> = HashMap::new();
         for (id, p) in &trace.processes {
             processes.insert(id.as_ref(), Arc::new(p.to_resource()));
         }
-        let mut sink = Sink { mode, rejected };
         let mut scopes: HashMap<(String, String), Arc<Scope>> = HashMap::new();
         for (k, s) in trace.spans.iter().enumerate() {
             match convert_span(s, &processes, &mut scopes) {
                 Ok(span) => out.push(span),
-                Err(e) => sink.reject(e.within(&format!("{prefix}.spans[{k}]")).at(start.position()))?,
+                Err(e) => sink.reject(e.within(&format!("{prefix}.spans[{k}]")).at(el.start.position()))?,
             }
         }
-        Ok(true)
+        Ok(())
     }
 }
 

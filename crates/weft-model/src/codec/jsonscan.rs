@@ -2,11 +2,14 @@
 //! of one array (Zipkin's top-level span array, OTLP's `resourceSpans`, Jaeger's `data`) one
 //! at a time, each as a complete JSON text that serde then parses. Memory is bounded by the
 //! largest element, not by the file; positions (line, column, byte offset) are tracked so
-//! every error names where it is.
+//! every error names where it is. [`ElementReader`] is the streaming reader of every such
+//! format, with an [`ElementDecoder`] for what one element becomes.
 
 use std::io::BufRead;
 
-use crate::codec::error::{CodecError, ErrorKind, Position};
+use crate::codec::error::{CodecError, ErrorKind, Mode, Position, Rejected, Sink};
+use crate::codec::stream::NextInto;
+use crate::span::Span;
 
 /// Largest single element accepted (protects against unterminated garbage).
 const MAX_ELEMENT: usize = 1 << 30;
@@ -388,6 +391,64 @@ impl<R: BufRead> ArrayStream<R> {
                 }
             }
         }
+    }
+}
+
+/// One array element as [`ElementReader`] hands it to its decoder.
+pub(crate) struct Element<'a> {
+    /// The element's complete JSON text.
+    pub(crate) bytes: &'a [u8],
+    pub(crate) start: Start,
+    /// Its index within its array.
+    pub(crate) index: usize,
+}
+
+/// The format's half of an [`ElementReader`]: where the array is and what one element becomes.
+pub(crate) trait ElementDecoder: Default {
+    const FORMAT: &'static str;
+    /// The member names that hold the array; empty for a top-level array.
+    const KEYS: &'static [&'static str];
+    /// What the document should look like, for mismatch errors.
+    const EXPECTED: &'static str;
+
+    /// Decodes one element into `out`, handing each span it cannot accept to `sink`; an
+    /// error returned ends the read.
+    fn decode(&mut self, el: Element<'_>, sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError>;
+}
+
+/// Streaming reader of a JSON format: one array element at a time, decoded by `D`.
+pub(crate) struct ElementReader<R, D> {
+    stream: ArrayStream<R>,
+    buf: Vec<u8>,
+    decoder: D,
+}
+
+impl<R: BufRead, D: ElementDecoder> ElementReader<R, D> {
+    pub(crate) fn new(r: R) -> Self {
+        ElementReader {
+            stream: ArrayStream::new(r, D::FORMAT, D::KEYS, D::EXPECTED),
+            buf: Vec::new(),
+            decoder: D::default(),
+        }
+    }
+}
+
+impl<R: BufRead, D: ElementDecoder> NextInto for ElementReader<R, D> {
+    /// Decodes the next element into `out` (or counts its bad spans as rejected); `false` at
+    /// the end of the input.
+    #[inline]
+    fn next_into(
+        &mut self,
+        mode: Mode,
+        out: &mut Vec<Span>,
+        rejected: &mut Rejected,
+    ) -> Result<bool, CodecError> {
+        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
+            return Ok(false);
+        };
+        let el = Element { bytes: &self.buf, start, index };
+        self.decoder.decode(el, Sink { mode, rejected }, out)?;
+        Ok(true)
     }
 }
 

@@ -16,6 +16,32 @@
 //! result for input it did not understand. Decoders come in a strict form (the first bad span
 //! fails the call) and a lenient form that skips bad spans and counts them in [`Rejected`].
 
+/// Implements `serde::Deserialize` through a one-off visitor (the serde plumbing the
+/// hand-written JSON decoders share): `$what` completes serde's "expected …", `$method` is the
+/// deserializer hint (`deserialize_any`, `deserialize_str`, ...), the braces hold the visitor's
+/// `visit_*` methods. An impl that borrows from the input names its generics and the visitor's
+/// value: `[<'de: 'a, 'a>] JId<'a> => JId<'de>`.
+macro_rules! deserialize_by_visitor {
+    ([$($generics:tt)*] $t:ty => $value:ty, $what:expr, $method:ident, { $($body:tt)* }) => {
+        impl $($generics)* serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = $value;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str($what)
+                    }
+                    $($body)*
+                }
+                d.$method(V)
+            }
+        }
+    };
+    (<'de> $t:ty, $what:expr, $method:ident, { $($body:tt)* }) => {
+        deserialize_by_visitor!([<'de>] $t => $t, $what, $method, { $($body)* });
+    };
+}
+
 pub mod chrome;
 mod error;
 #[cfg(test)]

@@ -210,12 +210,15 @@ pub fn reader<'a, R: BufRead + 'a>(
 ) -> Result<Box<dyn SpanReader + 'a>, CodecError> {
     let mode = if lenient { Mode::Lenient } else { Mode::Strict };
     Ok(match format {
-        Format::OtlpProto => Box::new(OtlpProtoReader {
-            inner: otlp::wire::TopLevelReader::new(input, otlp::PROTO, "resource_spans"),
-            index: 0,
+        Format::OtlpProto => Box::new(ProtoReader::new(
+            otlp::wire::TopLevelReader::new(input, otlp::PROTO, "resource_spans"),
             mode,
-            rejected: Rejected::default(),
-        }),
+            |element, offset, index, sink, out| {
+                otlp::decode_resource_spans_into(element, offset, index, sink, out).map_err(|e| {
+                    if e.position == Position::Unknown { e.at(Position::Offset(offset)) } else { e }
+                })
+            },
+        )),
         Format::OtlpJson => {
             Box::new(Each { inner: otlp::json::JsonReader::new(input), mode, rejected: Rejected::default() })
         }
@@ -229,13 +232,16 @@ pub fn reader<'a, R: BufRead + 'a>(
             mode,
             rejected: Rejected::default(),
         }),
-        Format::ZipkinV2Proto => Box::new(ZipkinProtoReader {
-            inner: otlp::wire::TopLevelReader::new(input, zipkin::proto::FORMAT, "spans"),
-            index: 0,
-            interner: zipkin::Interner::default(),
-            mode,
-            rejected: Rejected::default(),
-        }),
+        Format::ZipkinV2Proto => {
+            let mut interner = zipkin::Interner::default();
+            Box::new(ProtoReader::new(
+                otlp::wire::TopLevelReader::new(input, zipkin::proto::FORMAT, "spans"),
+                mode,
+                move |element, offset, index, sink, out| {
+                    zipkin::proto::decode_one(element, offset, index, &mut interner, sink, out)
+                },
+            ))
+        }
         Format::JaegerJson => {
             Box::new(Each { inner: jaeger::JaegerReader::new(input), mode, rejected: Rejected::default() })
         }
@@ -258,25 +264,6 @@ pub(crate) trait NextInto {
         rejected: &mut Rejected,
     ) -> Result<bool, CodecError>;
 }
-
-macro_rules! next_into {
-    ($t:ty) => {
-        impl<R: BufRead> NextInto for $t {
-            fn next_into(
-                &mut self,
-                mode: Mode,
-                out: &mut Vec<Span>,
-                rejected: &mut Rejected,
-            ) -> Result<bool, CodecError> {
-                <$t>::next_into(self, mode, out, rejected)
-            }
-        }
-    };
-}
-next_into!(otlp::json::JsonReader<R>);
-next_into!(zipkin::v2::V2JsonReader<R>);
-next_into!(zipkin::v1::V1JsonReader<R>);
-next_into!(jaeger::JaegerReader<R>);
 
 /// Decodes a whole input with a record-at-a-time reader (for [`super::error::strict`] and
 /// [`super::error::lenient`]).
@@ -315,50 +302,34 @@ impl<T: NextInto> SpanReader for Each<T> {
     }
 }
 
-struct OtlpProtoReader<R> {
+/// Streaming reader of a length-delimited protobuf format: one top-level element at a time,
+/// decoded by `decode` (element, its byte offset, its index, sink, output).
+struct ProtoReader<R, F> {
     inner: otlp::wire::TopLevelReader<R>,
     index: usize,
+    decode: F,
     mode: Mode,
     rejected: Rejected,
 }
 
-impl<R: Read> SpanReader for OtlpProtoReader<R> {
+impl<R: Read, F> ProtoReader<R, F>
+where
+    F: FnMut(&[u8], u64, usize, &mut Sink<'_>, &mut Vec<Span>) -> Result<(), CodecError>,
+{
+    fn new(inner: otlp::wire::TopLevelReader<R>, mode: Mode, decode: F) -> Self {
+        ProtoReader { inner, index: 0, decode, mode, rejected: Rejected::default() }
+    }
+}
+
+impl<R: Read, F> SpanReader for ProtoReader<R, F>
+where
+    F: FnMut(&[u8], u64, usize, &mut Sink<'_>, &mut Vec<Span>) -> Result<(), CodecError>,
+{
     fn next_batch(&mut self, out: &mut Vec<Span>, max: usize) -> Result<bool, CodecError> {
         let before = out.len();
         while let Some((offset, element)) = self.inner.next_element()? {
             let mut sink = Sink { mode: self.mode, rejected: &mut self.rejected };
-            otlp::decode_resource_spans_into(element, offset, self.index, &mut sink, out).map_err(|e| {
-                if e.position == Position::Unknown { e.at(Position::Offset(offset)) } else { e }
-            })?;
-            self.index += 1;
-            if out.len() - before >= max {
-                return Ok(true);
-            }
-        }
-        Ok(out.len() > before)
-    }
-    fn rejected(&self) -> &Rejected {
-        &self.rejected
-    }
-    fn take_rejected(&mut self) -> Rejected {
-        std::mem::take(&mut self.rejected)
-    }
-}
-
-struct ZipkinProtoReader<R> {
-    inner: otlp::wire::TopLevelReader<R>,
-    index: usize,
-    interner: zipkin::Interner,
-    mode: Mode,
-    rejected: Rejected,
-}
-
-impl<R: Read> SpanReader for ZipkinProtoReader<R> {
-    fn next_batch(&mut self, out: &mut Vec<Span>, max: usize) -> Result<bool, CodecError> {
-        let before = out.len();
-        while let Some((offset, element)) = self.inner.next_element()? {
-            let mut sink = Sink { mode: self.mode, rejected: &mut self.rejected };
-            zipkin::proto::decode_one(element, offset, self.index, &mut self.interner, &mut sink, out)?;
+            (self.decode)(element, offset, self.index, &mut sink, out)?;
             self.index += 1;
             if out.len() - before >= max {
                 return Ok(true);

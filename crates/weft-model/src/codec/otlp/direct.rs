@@ -144,12 +144,33 @@ impl<'a> Cursor<'a> {
             self.err(format!("invalid wire type: field {field} has wire type {wire}, expected {want}"))
         }
     }
+    /// A length-delimited field's bytes (ids, opaque bytes).
+    #[inline]
+    fn len_delimited(&mut self, field: u32, wire: u8) -> W<&'a [u8]> {
+        self.expect(field, wire, 2)?;
+        self.bytes()
+    }
+    /// A length-delimited field's bytes and where they start (for errors inside a message).
+    #[inline]
+    fn message(&mut self, field: u32, wire: u8) -> W<(usize, &'a [u8])> {
+        self.expect(field, wire, 2)?;
+        let at = self.pos;
+        Ok((at, self.bytes()?))
+    }
+    #[inline]
+    fn fixed64_field(&mut self, field: u32, wire: u8) -> W<u64> {
+        self.expect(field, wire, 1)?;
+        self.fixed64()
+    }
+    #[inline]
+    fn fixed32_field(&mut self, field: u32, wire: u8) -> W<u32> {
+        self.expect(field, wire, 5)?;
+        self.fixed32()
+    }
     /// A string field, borrowed from the input.
     #[inline]
     fn str(&mut self, field: u32, wire: u8) -> W<&'a str> {
-        self.expect(field, wire, 2)?;
-        let at = self.pos;
-        let b = self.bytes()?;
+        let (at, b) = self.message(field, wire)?;
         match utf8(b) {
             Ok(s) => Ok(s),
             Err(_) => Err(WireError::new(at, "invalid string value: data is not UTF-8 encoded")),
@@ -164,9 +185,13 @@ impl<'a> Cursor<'a> {
         self.str(field, wire).map(Str::new)
     }
     #[inline]
-    fn u32(&mut self, field: u32, wire: u8) -> W<u32> {
+    fn varint_field(&mut self, field: u32, wire: u8) -> W<u64> {
         self.expect(field, wire, 0)?;
-        Ok(self.varint()? as u32)
+        self.varint()
+    }
+    #[inline]
+    fn u32(&mut self, field: u32, wire: u8) -> W<u32> {
+        Ok(self.varint_field(field, wire)? as u32)
     }
 }
 
@@ -229,15 +254,12 @@ fn key_value(b: &[u8], depth: u32, into: &mut Vec<KeyValue>) -> W<()> {
         match f {
             1 => kv.key = crate::value::key(c.str(f, w)?),
             2 => {
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 any_value(body, depth + 1, &mut kv.value).map_err(|e| shift(e, at))?;
             }
             3 => {
                 // `key_strindex` (profiles only): not carried, but it must be a varint.
-                c.expect(f, w, 0)?;
-                c.varint()?;
+                c.varint_field(f, w)?;
             }
             _ => c.skip(f, w, depth)?,
         }
@@ -260,22 +282,11 @@ fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
         let (f, w) = c.key()?;
         match f {
             1 => *v = Value::Str(c.small(f, w)?),
-            2 => {
-                c.expect(f, w, 0)?;
-                *v = Value::Bool(c.varint()? != 0);
-            }
-            3 => {
-                c.expect(f, w, 0)?;
-                *v = Value::I64(c.varint()? as i64);
-            }
-            4 => {
-                c.expect(f, w, 1)?;
-                *v = Value::F64(f64::from_bits(c.fixed64()?));
-            }
+            2 => *v = Value::Bool(c.varint_field(f, w)? != 0),
+            3 => *v = Value::I64(c.varint_field(f, w)? as i64),
+            4 => *v = Value::F64(f64::from_bits(c.fixed64_field(f, w)?)),
             5 | 6 => {
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 if depth + 1 > MAX_DEPTH {
                     return Err(WireError::new(at, "recursion limit reached"));
                 }
@@ -304,13 +315,9 @@ fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
                     }
                 }
             }
-            7 => {
-                c.expect(f, w, 2)?;
-                *v = Value::Bytes(c.bytes()?.to_vec());
-            }
+            7 => *v = Value::Bytes(c.len_delimited(f, w)?.to_vec()),
             8 => {
-                c.expect(f, w, 0)?;
-                c.varint()?;
+                c.varint_field(f, w)?;
                 *v = Value::Empty;
             }
             _ => c.skip(f, w, depth)?,
@@ -321,9 +328,7 @@ fn any_value(b: &[u8], depth: u32, v: &mut Value) -> W<()> {
 
 /// Appends a repeated `KeyValue` element (a message at nesting depth `depth`) to `attrs`.
 fn attr(c: &mut Cursor<'_>, f: u32, w: u8, depth: u32, attrs: &mut Attributes) -> W<()> {
-    c.expect(f, w, 2)?;
-    let at = c.pos;
-    let body = c.bytes()?;
+    let (at, body) = c.message(f, w)?;
     if attrs.0.capacity() == 0 {
         // Spans carry about eight attributes: one allocation instead of growing 4 → 8 (a
         // `KeyValue` is large, so every regrowth copies a lot).
@@ -341,9 +346,7 @@ fn resource(b: &[u8], r: &mut Resource) -> W<()> {
             2 => r.dropped_attributes_count = c.u32(f, w)?,
             3 => {
                 // `entity_refs` (development): not carried, but checked as prost checks it.
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 entity_ref(body).map_err(|e| shift(e, at))?;
             }
             _ => c.skip(f, w, 1)?,
@@ -394,10 +397,7 @@ fn event(b: &[u8]) -> W<SpanEvent> {
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => {
-                c.expect(f, w, 1)?;
-                e.time_ns = c.fixed64()?;
-            }
+            1 => e.time_ns = c.fixed64_field(f, w)?,
             2 => e.name = c.small(f, w)?,
             3 => attr(&mut c, f, w, 4, &mut e.attributes)?,
             4 => e.dropped_attributes_count = c.u32(f, w)?,
@@ -413,21 +413,12 @@ fn link<'a>(b: &'a [u8], ids: &mut Ids<'a>) -> W<Link> {
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => {
-                c.expect(f, w, 2)?;
-                ids.trace = c.bytes()?;
-            }
-            2 => {
-                c.expect(f, w, 2)?;
-                ids.span = c.bytes()?;
-            }
+            1 => ids.trace = c.len_delimited(f, w)?,
+            2 => ids.span = c.len_delimited(f, w)?,
             3 => l.trace_state = c.string(f, w)?,
             4 => attr(&mut c, f, w, 4, &mut l.attributes)?,
             5 => l.dropped_attributes_count = c.u32(f, w)?,
-            6 => {
-                c.expect(f, w, 5)?;
-                l.flags = c.fixed32()?;
-            }
+            6 => l.flags = c.fixed32_field(f, w)?,
             _ => c.skip(f, w, 3)?,
         }
     }
@@ -445,54 +436,30 @@ fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span
     while !c.done() {
         let (f, w) = c.key()?;
         match f {
-            1 => {
-                c.expect(f, w, 2)?;
-                ids.trace = c.bytes()?;
-            }
-            2 => {
-                c.expect(f, w, 2)?;
-                ids.span = c.bytes()?;
-            }
+            1 => ids.trace = c.len_delimited(f, w)?,
+            2 => ids.span = c.len_delimited(f, w)?,
             3 => s.trace_state = c.string(f, w)?,
-            4 => {
-                c.expect(f, w, 2)?;
-                ids.parent = c.bytes()?;
-            }
+            4 => ids.parent = c.len_delimited(f, w)?,
             5 => s.name = c.small(f, w)?,
-            6 => {
-                c.expect(f, w, 0)?;
-                s.kind = SpanKind::from_i32(c.varint()? as i32);
-            }
-            7 => {
-                c.expect(f, w, 1)?;
-                s.start_ns = c.fixed64()?;
-            }
-            8 => {
-                c.expect(f, w, 1)?;
-                s.end_ns = c.fixed64()?;
-            }
+            6 => s.kind = SpanKind::from_i32(c.varint_field(f, w)? as i32),
+            7 => s.start_ns = c.fixed64_field(f, w)?,
+            8 => s.end_ns = c.fixed64_field(f, w)?,
             9 => attr(&mut c, f, w, 3, &mut s.attributes)?,
             10 => s.dropped_attributes_count = c.u32(f, w)?,
             11 => {
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 s.events.push(event(body).map_err(|e| shift(e, at))?);
             }
             12 => s.dropped_events_count = c.u32(f, w)?,
             13 => {
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 let mut lids = Ids::default();
                 let l = link(body, &mut lids).map_err(|e| shift(e, at))?;
                 links.push((l, lids));
             }
             14 => s.dropped_links_count = c.u32(f, w)?,
             15 => {
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 let st = status.get_or_insert((0, String::new()));
                 let mut sc = Cursor::new(body);
                 while !sc.done() {
@@ -507,10 +474,7 @@ fn span(b: &[u8], resource: &Arc<Resource>, scope: &Arc<Scope>) -> W<Result<Span
                     }
                 }
             }
-            16 => {
-                c.expect(f, w, 5)?;
-                s.flags = c.fixed32()?;
-            }
+            16 => s.flags = c.fixed32_field(f, w)?,
             _ => c.skip(f, w, 2)?,
         }
     }
@@ -582,9 +546,7 @@ fn level(b: &[u8], depth: u32) -> W<Level<'_>> {
         let (f, w) = c.key()?;
         match f {
             1 | 2 => {
-                c.expect(f, w, 2)?;
-                let at = c.pos;
-                let body = c.bytes()?;
+                let (at, body) = c.message(f, w)?;
                 if f == 1 { &mut lv.context } else { &mut lv.children }.push((at, body));
             }
             3 => lv.url = c.str(f, w)?,

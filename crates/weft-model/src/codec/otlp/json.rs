@@ -23,18 +23,17 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::BufRead;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, Start, element_error};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, Start, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::stream::read_all;
 use crate::id::{SpanId, TraceId};
-use crate::span::{Link, LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
+use crate::span::{LinkRelation, Resource, Scope, Span, SpanEvent, SpanKind, Status, StatusCode};
 use crate::value::{Attributes, KeyValue, Str, Value};
 
 pub(crate) const FORMAT: &str = "OTLP JSON";
@@ -84,34 +83,26 @@ fn decode_fast(bytes: &[u8]) -> Option<Vec<Span>> {
 }
 
 /// Streaming OTLP/JSON reader: one `ResourceSpans` at a time.
-pub(crate) struct JsonReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
-}
+pub(crate) type JsonReader<R> = ElementReader<R, ResourceSpansElements>;
 
-impl<R: BufRead> JsonReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        JsonReader { stream: ArrayStream::new(r, FORMAT, KEYS, EXPECTED), buf: Vec::new() }
-    }
+/// Decodes one `ResourceSpans`.
+#[derive(Default)]
+pub(crate) struct ResourceSpansElements;
 
-    /// Decodes the next `ResourceSpans` into `out`; `false` at the end of the input.
-    pub(crate) fn next_into(
-        &mut self,
-        mode: Mode,
-        out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
-        let prefix = format!("resourceSpans[{index}]");
-        let rs: JResourceSpans<'_> = match serde_json::from_slice(&self.buf) {
+impl ElementDecoder for ResourceSpansElements {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = KEYS;
+    const EXPECTED: &'static str = EXPECTED;
+
+    fn decode(&mut self, el: Element<'_>, mut sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError> {
+        let prefix = format!("resourceSpans[{}]", el.index);
+        let rs: JResourceSpans<'_> = match serde_json::from_slice(el.bytes) {
             Ok(v) => v,
-            Err(e) => return Err(element_error::<JResourceSpans<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+            Err(e) => {
+                return Err(element_error::<JResourceSpans<'_>>(FORMAT, e, el.bytes, el.start, &prefix));
+            }
         };
-        let mut sink = Sink { mode, rejected };
-        convert(rs, &prefix, start, &mut sink, out)?;
-        Ok(true)
+        convert(rs, &prefix, el.start, &mut sink, out)
     }
 }
 
@@ -205,16 +196,14 @@ fn span_from_json(s: JSpan<'_>, resource: &Arc<Resource>, scope: &Arc<Scope>) ->
         let field = |f: &str| format!("links[{i}].{f}");
         let trace_id = trace_id(l.trace_id.as_deref(), &field("traceId"))?;
         let span_id = span_id(l.span_id.as_deref(), &field("spanId"))?;
-        let (relation, attributes) = super::split_relation(l.attributes.into());
-        links.push(Link {
+        links.push(super::link(
             trace_id,
             span_id,
-            trace_state: l.trace_state,
-            relation,
-            attributes,
-            dropped_attributes_count: l.dropped_attributes_count.0 as u32,
-            flags: l.flags.0 as u32,
-        });
+            l.trace_state,
+            l.attributes.into(),
+            l.dropped_attributes_count.0 as u32,
+            l.flags.0 as u32,
+        ));
     }
     let status = s
         .status
@@ -385,109 +374,79 @@ where
 #[derive(Default, Clone, Copy)]
 pub(crate) struct Num(pub(crate) u64);
 
-impl<'de> Deserialize<'de> for Num {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Num;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an unsigned integer (number or decimal string)")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
-                Ok(Num(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
-                u64::try_from(v).map(Num).map_err(|_| E::custom(format!("negative value {v}")))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
-                if v.fract() == 0.0 && (0.0..1.8446744073709552e19).contains(&v) {
-                    Ok(Num(v as u64))
-                } else {
-                    Err(E::custom(format!("{v} is not an unsigned integer")))
-                }
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Num, E> {
-                v.trim()
-                    .parse::<u64>()
-                    .map(Num)
-                    .map_err(|_| E::custom(format!("{v:?} is not an unsigned integer")))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
-                Ok(Num(0))
-            }
-        }
-        d.deserialize_any(V)
+deserialize_by_visitor!(<'de> Num, "an unsigned integer (number or decimal string)", deserialize_any, {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+        Ok(Num(v))
     }
-}
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+        u64::try_from(v).map(Num).map_err(|_| E::custom(format!("negative value {v}")))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+        if v.fract() == 0.0 && (0.0..1.8446744073709552e19).contains(&v) {
+            Ok(Num(v as u64))
+        } else {
+            Err(E::custom(format!("{v} is not an unsigned integer")))
+        }
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Num, E> {
+        v.trim()
+            .parse::<u64>()
+            .map(Num)
+            .map_err(|_| E::custom(format!("{v:?} is not an unsigned integer")))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
+        Ok(Num(0))
+    }
+});
 
 /// Signed 64-bit integer as a number or a decimal string.
 struct Int(i64);
 
-impl<'de> Deserialize<'de> for Int {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Int;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a 64-bit integer (number or decimal string)")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Int, E> {
-                i64::try_from(v).map(Int).map_err(|_| E::custom(format!("{v} does not fit in int64")))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Int, E> {
-                Ok(Int(v))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Int, E> {
-                if v.fract() == 0.0 && (-9.223372036854776e18..9.223372036854776e18).contains(&v) {
-                    Ok(Int(v as i64))
-                } else {
-                    Err(E::custom(format!("{v} is not an integer")))
-                }
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Int, E> {
-                v.trim().parse::<i64>().map(Int).map_err(|_| E::custom(format!("{v:?} is not an integer")))
-            }
-        }
-        d.deserialize_any(V)
+deserialize_by_visitor!(<'de> Int, "a 64-bit integer (number or decimal string)", deserialize_any, {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Int, E> {
+        i64::try_from(v).map(Int).map_err(|_| E::custom(format!("{v} does not fit in int64")))
     }
-}
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Int, E> {
+        Ok(Int(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Int, E> {
+        if v.fract() == 0.0 && (-9.223372036854776e18..9.223372036854776e18).contains(&v) {
+            Ok(Int(v as i64))
+        } else {
+            Err(E::custom(format!("{v} is not an integer")))
+        }
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Int, E> {
+        v.trim().parse::<i64>().map(Int).map_err(|_| E::custom(format!("{v:?} is not an integer")))
+    }
+});
 
 /// A double as a number or a string (`"NaN"`, `"Infinity"`, `"-Infinity"`, or decimal text).
 struct Double(f64);
 
-impl<'de> Deserialize<'de> for Double {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Double;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a double (number, or \"NaN\"/\"Infinity\"/\"-Infinity\")")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Double, E> {
-                Ok(Double(v as f64))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Double, E> {
-                Ok(Double(v as f64))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Double, E> {
-                Ok(Double(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Double, E> {
-                match v {
-                    "NaN" => Ok(Double(f64::NAN)),
-                    "Infinity" => Ok(Double(f64::INFINITY)),
-                    "-Infinity" => Ok(Double(f64::NEG_INFINITY)),
-                    _ => v
-                        .trim()
-                        .parse::<f64>()
-                        .map(Double)
-                        .map_err(|_| E::custom(format!("{v:?} is not a double"))),
-                }
-            }
-        }
-        d.deserialize_any(V)
+deserialize_by_visitor!(<'de> Double, "a double (number, or \"NaN\"/\"Infinity\"/\"-Infinity\")", deserialize_any, {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Double, E> {
+        Ok(Double(v as f64))
     }
-}
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Double, E> {
+        Ok(Double(v as f64))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Double, E> {
+        Ok(Double(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Double, E> {
+        match v {
+            "NaN" => Ok(Double(f64::NAN)),
+            "Infinity" => Ok(Double(f64::INFINITY)),
+            "-Infinity" => Ok(Double(f64::NEG_INFINITY)),
+            _ => v
+                .trim()
+                .parse::<f64>()
+                .map(Double)
+                .map_err(|_| E::custom(format!("{v:?} is not a double"))),
+        }
+    }
+});
 
 trait EnumNames {
     const WHAT: &'static str;
@@ -576,177 +535,117 @@ struct JKeyValue(KeyValue);
 /// allocates): map keys and base64 text.
 struct BStr<'de>(Cow<'de, str>);
 
-impl<'de> Deserialize<'de> for BStr<'de> {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = BStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<BStr<'de>, E> {
-                Ok(BStr(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<BStr<'de>, E> {
-                Ok(BStr(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<BStr<'de>, E> {
-                Ok(BStr(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
+deserialize_by_visitor!(<'de> BStr<'de>, "a string", deserialize_str, {
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<BStr<'de>, E> {
+        Ok(BStr(Cow::Borrowed(v)))
     }
-}
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<BStr<'de>, E> {
+        Ok(BStr(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<BStr<'de>, E> {
+        Ok(BStr(Cow::Owned(v)))
+    }
+});
 
 /// An attribute key, through [`crate::value::key`].
 struct JKey(Str);
 
-impl<'de> Deserialize<'de> for JKey {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JKey;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an attribute key (string)")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<JKey, E> {
-                Ok(JKey(crate::value::key(v)))
-            }
-        }
-        d.deserialize_str(V)
+deserialize_by_visitor!(<'de> JKey, "an attribute key (string)", deserialize_str, {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<JKey, E> {
+        Ok(JKey(crate::value::key(v)))
     }
-}
+});
 
-impl<'de> Deserialize<'de> for JKeyValue {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JKeyValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a key/value object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JKeyValue, A::Error> {
-                let mut key = None;
-                let mut value = Value::Empty;
-                while let Some(k) = m.next_key::<BStr<'de>>()? {
-                    match k.0.as_ref() {
-                        "key" => key = Some(m.next_value::<JKey>()?.0),
-                        "value" => {
-                            value = m.next_value::<Option<JValue>>()?.map(|v| v.0).unwrap_or(Value::Empty)
-                        }
-                        _ => {
-                            m.next_value::<IgnoredAny>()?;
-                        }
-                    }
+deserialize_by_visitor!(<'de> JKeyValue, "a key/value object", deserialize_map, {
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JKeyValue, A::Error> {
+        let mut key = None;
+        let mut value = Value::Empty;
+        while let Some(k) = m.next_key::<BStr<'de>>()? {
+            match k.0.as_ref() {
+                "key" => key = Some(m.next_value::<JKey>()?.0),
+                "value" => {
+                    value = m.next_value::<Option<JValue>>()?.map(|v| v.0).unwrap_or(Value::Empty)
                 }
-                Ok(JKeyValue(KeyValue { key: key.unwrap_or_default(), value }))
+                _ => {
+                    m.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        d.deserialize_map(V)
+        Ok(JKeyValue(KeyValue { key: key.unwrap_or_default(), value }))
     }
-}
+});
 
 /// An `AnyValue` object, read straight into a [`Value`].
 struct JValue(Value);
 
-impl<'de> Deserialize<'de> for JValue {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an AnyValue object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JValue, A::Error> {
-                let mut v = Value::Empty;
-                while let Some(k) = m.next_key::<BStr<'de>>()? {
-                    v = match k.0.as_ref() {
-                        "stringValue" | "string_value" => {
-                            Value::Str(m.next_value::<Option<Str>>()?.unwrap_or_default())
-                        }
-                        "boolValue" | "bool_value" => {
-                            Value::Bool(m.next_value::<Option<bool>>()?.unwrap_or_default())
-                        }
-                        "intValue" | "int_value" => {
-                            Value::I64(m.next_value::<Option<Int>>()?.map_or(0, |i| i.0))
-                        }
-                        "doubleValue" | "double_value" => {
-                            Value::F64(m.next_value::<Option<Double>>()?.map_or(0.0, |d| d.0))
-                        }
-                        "bytesValue" | "bytes_value" => {
-                            let s = m.next_value::<Option<BStr<'de>>>()?.map(|b| b.0).unwrap_or_default();
-                            Value::Bytes(w::base64_decode(&s).ok_or_else(|| {
-                                de::Error::custom(format!("bytesValue is not base64: {s:?}"))
-                            })?)
-                        }
-                        "arrayValue" | "array_value" => Value::Array(
-                            m.next_value::<Option<JArray>>()?.map(|a| a.values).unwrap_or_default(),
-                        ),
-                        "kvlistValue" | "kvlist_value" => Value::Map(
-                            m.next_value::<Option<JKvList>>()?.map(|a| a.values.0).unwrap_or_default(),
-                        ),
-                        _ => {
-                            m.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
+deserialize_by_visitor!(<'de> JValue, "an AnyValue object", deserialize_map, {
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JValue, A::Error> {
+        let mut v = Value::Empty;
+        while let Some(k) = m.next_key::<BStr<'de>>()? {
+            v = match k.0.as_ref() {
+                "stringValue" | "string_value" => {
+                    Value::Str(m.next_value::<Option<Str>>()?.unwrap_or_default())
                 }
-                Ok(JValue(v))
-            }
+                "boolValue" | "bool_value" => {
+                    Value::Bool(m.next_value::<Option<bool>>()?.unwrap_or_default())
+                }
+                "intValue" | "int_value" => {
+                    Value::I64(m.next_value::<Option<Int>>()?.map_or(0, |i| i.0))
+                }
+                "doubleValue" | "double_value" => {
+                    Value::F64(m.next_value::<Option<Double>>()?.map_or(0.0, |d| d.0))
+                }
+                "bytesValue" | "bytes_value" => {
+                    let s = m.next_value::<Option<BStr<'de>>>()?.map(|b| b.0).unwrap_or_default();
+                    Value::Bytes(w::base64_decode(&s).ok_or_else(|| {
+                        de::Error::custom(format!("bytesValue is not base64: {s:?}"))
+                    })?)
+                }
+                "arrayValue" | "array_value" => Value::Array(
+                    m.next_value::<Option<JArray>>()?.map(|a| a.values).unwrap_or_default(),
+                ),
+                "kvlistValue" | "kvlist_value" => Value::Map(
+                    m.next_value::<Option<JKvList>>()?.map(|a| a.values.0).unwrap_or_default(),
+                ),
+                _ => {
+                    m.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
         }
-        d.deserialize_map(V)
+        Ok(JValue(v))
     }
-}
+});
 
 struct JArray {
     values: Vec<Value>,
 }
 
-impl<'de> Deserialize<'de> for JArray {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JArray;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an ArrayValue object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JArray, A::Error> {
-                let mut values = Vec::new();
-                while let Some(k) = m.next_key::<BStr<'de>>()? {
-                    if k.0 == "values" {
-                        values = m.next_value::<Option<ValueSeq>>()?.map(|s| s.0).unwrap_or_default();
-                    } else {
-                        m.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(JArray { values })
+deserialize_by_visitor!(<'de> JArray, "an ArrayValue object", deserialize_map, {
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<JArray, A::Error> {
+        let mut values = Vec::new();
+        while let Some(k) = m.next_key::<BStr<'de>>()? {
+            if k.0 == "values" {
+                values = m.next_value::<Option<ValueSeq>>()?.map(|s| s.0).unwrap_or_default();
+            } else {
+                m.next_value::<IgnoredAny>()?;
             }
         }
-        d.deserialize_map(V)
+        Ok(JArray { values })
     }
-}
+});
 
 struct ValueSeq(Vec<Value>);
 
-impl<'de> Deserialize<'de> for ValueSeq {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ValueSeq;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an array of AnyValue objects")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<ValueSeq, A::Error> {
-                let mut out = Vec::with_capacity(s.size_hint().unwrap_or(0));
-                while let Some(v) = s.next_element::<Option<JValue>>()? {
-                    out.push(v.map(|v| v.0).unwrap_or(Value::Empty));
-                }
-                Ok(ValueSeq(out))
-            }
+deserialize_by_visitor!(<'de> ValueSeq, "an array of AnyValue objects", deserialize_seq, {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<ValueSeq, A::Error> {
+        let mut out = Vec::with_capacity(s.size_hint().unwrap_or(0));
+        while let Some(v) = s.next_element::<Option<JValue>>()? {
+            out.push(v.map(|v| v.0).unwrap_or(Value::Empty));
         }
-        d.deserialize_seq(V)
+        Ok(ValueSeq(out))
     }
-}
+});
 
 #[derive(Deserialize)]
 struct JKvList {

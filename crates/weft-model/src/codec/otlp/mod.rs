@@ -241,16 +241,14 @@ fn span_from_proto(s: proto::Span, resource: &Arc<Resource>, scope: &Arc<Scope>)
             trace_id_from_bytes(&l.trace_id, "trace_id").map_err(|e| e.within(&format!("links[{i}]")))?;
         let span_id =
             span_id_from_bytes(&l.span_id, "span_id").map_err(|e| e.within(&format!("links[{i}]")))?;
-        let (relation, attributes) = split_relation(attrs_from_proto(l.attributes));
-        links.push(Link {
+        links.push(link(
             trace_id,
             span_id,
-            trace_state: l.trace_state,
-            relation,
-            attributes,
-            dropped_attributes_count: l.dropped_attributes_count,
-            flags: l.flags,
-        });
+            l.trace_state,
+            attrs_from_proto(l.attributes),
+            l.dropped_attributes_count,
+            l.flags,
+        ));
     }
     let status = s
         .status
@@ -285,6 +283,20 @@ fn span_from_proto(s: proto::Span, resource: &Arc<Resource>, scope: &Arc<Scope>)
         dropped_events_count: s.dropped_events_count,
         dropped_links_count: s.dropped_links_count,
     })
+}
+
+/// A decoded link, its relation taken out of its attributes ([`split_relation`]).
+#[inline]
+pub(crate) fn link(
+    trace_id: TraceId,
+    span_id: SpanId,
+    trace_state: String,
+    attributes: Attributes,
+    dropped_attributes_count: u32,
+    flags: u32,
+) -> Link {
+    let (relation, attributes) = split_relation(attributes);
+    Link { trace_id, span_id, trace_state, relation, attributes, dropped_attributes_count, flags }
 }
 
 /// Takes the `weft.link.relation` attribute out of a link's attributes when it names a

@@ -111,6 +111,13 @@ pub(crate) fn kind_to_str(k: SpanKind) -> Option<&'static str> {
     })
 }
 
+/// The element decoder of Zipkin JSON version `V` (1 or 2, in [`v1`] and [`v2`]): one span
+/// object of the array at a time, resources and scopes shared across them.
+#[derive(Default)]
+pub(crate) struct JsonElements<const V: u8> {
+    interner: Interner,
+}
+
 /// Shares resources and scopes between the spans of one input (bounded: a pathological
 /// input with ever-new service names only costs sharing, not memory).
 #[derive(Default)]
@@ -360,21 +367,11 @@ fn btree_order(m: Vec<KeyValue>) -> Vec<KeyValue> {
 /// has no escapes; well-known long keys without allocating).
 pub(crate) struct MapKey(pub(crate) Str);
 
-impl<'de> serde::Deserialize<'de> for MapKey {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = MapKey;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a key (string)")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MapKey, E> {
-                Ok(MapKey(crate::value::key(v)))
-            }
-        }
-        d.deserialize_str(V)
+deserialize_by_visitor!(<'de> MapKey, "a key (string)", deserialize_str, {
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MapKey, E> {
+        Ok(MapKey(crate::value::key(v)))
     }
-}
+});
 
 /// A JSON value as an attribute value (integers that fit stay integers).
 pub(crate) fn json_to_value(v: serde_json::Value) -> Value {

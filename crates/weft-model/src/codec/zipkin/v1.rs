@@ -23,16 +23,14 @@
 //!   as 64-bit numbers. `ipv4` as dotted text or as the 32-bit integer of the Thrift model.
 
 use std::borrow::Cow;
-use std::fmt;
-use std::io::BufRead;
 use std::net::Ipv4Addr;
 
 use serde::Deserialize;
-use serde::de::{self, Visitor};
+use serde::de;
 
-use super::{Endpoint, Interner, ZSpan};
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, element_error};
+use super::{Endpoint, Interner, JsonElements, ZSpan};
+use crate::codec::error::{CodecError, ErrorKind, Rejected, Sink, lenient, strict};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, element_error};
 use crate::codec::otlp::json::Num;
 use crate::codec::stream::read_all;
 use crate::id::{SpanId, TraceId};
@@ -53,41 +51,25 @@ pub fn decode_v1_json_lenient(bytes: &[u8]) -> Result<(Vec<Span>, Rejected), Cod
 }
 
 /// Streaming reader: one v1 span (one or two weft spans) at a time.
-pub(crate) struct V1JsonReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
-    interner: Interner,
-}
+pub(crate) type V1JsonReader<R> = ElementReader<R, JsonElements<1>>;
 
-impl<R: BufRead> V1JsonReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        V1JsonReader {
-            stream: ArrayStream::new(r, FORMAT, &[], EXPECTED),
-            buf: Vec::new(),
-            interner: Interner::default(),
-        }
-    }
+/// Decodes one v1 span (one or two weft spans), or hands it to the sink as rejected.
+impl ElementDecoder for JsonElements<1> {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = &[];
+    const EXPECTED: &'static str = EXPECTED;
 
-    /// Decodes the next v1 span into `out` (or counts it as rejected); `false` at the end.
-    pub(crate) fn next_into(
-        &mut self,
-        mode: Mode,
-        out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
-        let prefix = format!("[{index}]");
-        let result = match serde_json::from_slice::<JSpan<'_>>(&self.buf) {
-            Ok(j) => convert(j, &mut self.interner).map_err(|e| e.within(&prefix).at(start.position())),
-            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, &self.buf, start, &prefix)),
+    fn decode(&mut self, el: Element<'_>, mut sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError> {
+        let prefix = format!("[{}]", el.index);
+        let result = match serde_json::from_slice::<JSpan<'_>>(el.bytes) {
+            Ok(j) => convert(j, &mut self.interner).map_err(|e| e.within(&prefix).at(el.start.position())),
+            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, el.bytes, el.start, &prefix)),
         };
         match result {
             Ok(spans) => out.extend(spans),
-            Err(e) => Sink { mode, rejected }.reject(e)?,
+            Err(e) => sink.reject(e)?,
         }
-        Ok(true)
+        Ok(())
     }
 }
 
@@ -167,27 +149,17 @@ impl JEndpoint {
 #[derive(Clone)]
 struct Ipv4Text(String);
 
-impl<'de> Deserialize<'de> for Ipv4Text {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Ipv4Text;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an IPv4 address (text or 32-bit integer)")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Ipv4Text, E> {
-                Ok(Ipv4Text(v.to_owned()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Ipv4Text, E> {
-                Ok(Ipv4Text(Ipv4Addr::from(v as u32).to_string()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Ipv4Text, E> {
-                Ok(Ipv4Text(Ipv4Addr::from(v as u32).to_string()))
-            }
-        }
-        d.deserialize_any(V)
+deserialize_by_visitor!(<'de> Ipv4Text, "an IPv4 address (text or 32-bit integer)", deserialize_any, {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Ipv4Text, E> {
+        Ok(Ipv4Text(v.to_owned()))
     }
-}
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Ipv4Text, E> {
+        Ok(Ipv4Text(Ipv4Addr::from(v as u32).to_string()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Ipv4Text, E> {
+        Ok(Ipv4Text(Ipv4Addr::from(v as u32).to_string()))
+    }
+});
 
 /// An id as hex text or as a JSON integer.
 enum JId<'a> {
@@ -195,30 +167,20 @@ enum JId<'a> {
     Num(u64),
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for JId<'a> {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = JId<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an id (hex text or integer)")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<JId<'de>, E> {
-                Ok(JId::Hex(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<JId<'de>, E> {
-                Ok(JId::Hex(Cow::Owned(v.to_owned())))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<JId<'de>, E> {
-                Ok(JId::Num(v))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<JId<'de>, E> {
-                Ok(JId::Num(v as u64))
-            }
-        }
-        d.deserialize_any(V)
+deserialize_by_visitor!([<'de: 'a, 'a>] JId<'a> => JId<'de>, "an id (hex text or integer)", deserialize_any, {
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<JId<'de>, E> {
+        Ok(JId::Hex(Cow::Borrowed(v)))
     }
-}
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<JId<'de>, E> {
+        Ok(JId::Hex(Cow::Owned(v.to_owned())))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<JId<'de>, E> {
+        Ok(JId::Num(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<JId<'de>, E> {
+        Ok(JId::Num(v as u64))
+    }
+});
 
 fn trace_id(id: Option<&JId<'_>>) -> Result<TraceId, CodecError> {
     match id {

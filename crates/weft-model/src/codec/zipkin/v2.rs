@@ -3,15 +3,14 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::BufRead;
 
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
-use super::{Endpoint, Interner, ZSpan};
+use super::{Endpoint, Interner, JsonElements, ZSpan};
 use crate::codec::Losses;
-use crate::codec::error::{CodecError, ErrorKind, Mode, Rejected, Sink, lenient, strict};
-use crate::codec::jsonscan::{ArrayStream, element_error};
+use crate::codec::error::{CodecError, ErrorKind, Rejected, Sink, lenient, strict};
+use crate::codec::jsonscan::{Element, ElementDecoder, ElementReader, element_error};
 use crate::codec::jsonw as w;
 use crate::codec::otlp::json::Num;
 use crate::codec::stream::read_all;
@@ -84,45 +83,30 @@ pub fn encode_v2_json_with(spans: &[Span], losses: &mut Losses) -> Vec<u8> {
 }
 
 /// Streaming reader: one span at a time.
-pub(crate) struct V2JsonReader<R> {
-    stream: ArrayStream<R>,
-    buf: Vec<u8>,
-    interner: Interner,
-}
+pub(crate) type V2JsonReader<R> = ElementReader<R, JsonElements<2>>;
 
-impl<R: BufRead> V2JsonReader<R> {
-    pub(crate) fn new(r: R) -> Self {
-        V2JsonReader {
-            stream: ArrayStream::new(r, FORMAT, &[], EXPECTED),
-            buf: Vec::new(),
-            interner: Interner::default(),
-        }
-    }
+/// Decodes one span, or hands it to the sink as rejected.
+impl ElementDecoder for JsonElements<2> {
+    const FORMAT: &'static str = FORMAT;
+    const KEYS: &'static [&'static str] = &[];
+    const EXPECTED: &'static str = EXPECTED;
 
-    /// Decodes the next span into `out` (or counts it as rejected); `false` at the end.
-    pub(crate) fn next_into(
-        &mut self,
-        mode: Mode,
-        out: &mut Vec<Span>,
-        rejected: &mut Rejected,
-    ) -> Result<bool, CodecError> {
-        let Some((start, index)) = self.stream.next_into(&mut self.buf)? else {
-            return Ok(false);
-        };
+    fn decode(&mut self, el: Element<'_>, mut sink: Sink<'_>, out: &mut Vec<Span>) -> Result<(), CodecError> {
+        let index = el.index;
         // The scanner takes the usual span; serde anything else (and names what is wrong).
-        let parsed = match super::scan::element(&self.buf) {
+        let parsed = match super::scan::element(el.bytes) {
             Some(j) => Ok(j),
-            None => serde_json::from_slice::<JSpan<'_>>(&self.buf),
+            None => serde_json::from_slice::<JSpan<'_>>(el.bytes),
         };
         let result = match parsed {
-            Ok(j) => j.into_zipkin().map_err(|e| e.within(&format!("[{index}]")).at(start.position())),
-            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, &self.buf, start, &format!("[{index}]"))),
+            Ok(j) => j.into_zipkin().map_err(|e| e.within(&format!("[{index}]")).at(el.start.position())),
+            Err(e) => Err(element_error::<JSpan<'_>>(FORMAT, e, el.bytes, el.start, &format!("[{index}]"))),
         };
         match result {
             Ok(z) => out.push(super::to_span(z, &mut self.interner)),
-            Err(e) => Sink { mode, rejected }.reject(e)?,
+            Err(e) => sink.reject(e)?,
         }
-        Ok(true)
+        Ok(())
     }
 }
 
@@ -224,62 +208,42 @@ pub(crate) struct JAnnotation {
 /// kept as their JSON text.
 pub(crate) struct Tags(pub(crate) Vec<(Str, Str)>);
 
-impl<'de> Deserialize<'de> for Tags {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Tags;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object of string tags")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Tags, A::Error> {
-                let mut out = Vec::with_capacity(m.size_hint().unwrap_or(8));
-                while let Some(k) = m.next_key::<super::MapKey>()? {
-                    let v = m.next_value::<TagValue>()?;
-                    out.push((k.0, v.0));
-                }
-                Ok(Tags(out))
-            }
+deserialize_by_visitor!(<'de> Tags, "an object of string tags", deserialize_map, {
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Tags, A::Error> {
+        let mut out = Vec::with_capacity(m.size_hint().unwrap_or(8));
+        while let Some(k) = m.next_key::<super::MapKey>()? {
+            let v = m.next_value::<TagValue>()?;
+            out.push((k.0, v.0));
         }
-        d.deserialize_map(V)
+        Ok(Tags(out))
     }
-}
+});
 
 struct TagValue(Str);
 
-impl<'de> Deserialize<'de> for TagValue {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = TagValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a tag value (string)")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<TagValue, E> {
-                Ok(TagValue(Str::new(v)))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<TagValue, E> {
-                Ok(TagValue(Str::from(v)))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<TagValue, E> {
-                Ok(TagValue(Str::const_new(if v { "true" } else { "false" })))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<TagValue, E> {
-                Ok(TagValue(compact_str::format_compact!("{v}")))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<TagValue, E> {
-                Ok(TagValue(compact_str::format_compact!("{v}")))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<TagValue, E> {
-                Ok(TagValue(compact_str::format_compact!("{v}")))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<TagValue, E> {
-                Ok(TagValue(Str::default()))
-            }
-        }
-        d.deserialize_any(V)
+deserialize_by_visitor!(<'de> TagValue, "a tag value (string)", deserialize_any, {
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<TagValue, E> {
+        Ok(TagValue(Str::new(v)))
     }
-}
+    fn visit_string<E: de::Error>(self, v: String) -> Result<TagValue, E> {
+        Ok(TagValue(Str::from(v)))
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<TagValue, E> {
+        Ok(TagValue(Str::const_new(if v { "true" } else { "false" })))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<TagValue, E> {
+        Ok(TagValue(compact_str::format_compact!("{v}")))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<TagValue, E> {
+        Ok(TagValue(compact_str::format_compact!("{v}")))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<TagValue, E> {
+        Ok(TagValue(compact_str::format_compact!("{v}")))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<TagValue, E> {
+        Ok(TagValue(Str::default()))
+    }
+});
 
 /// Writes one span as a Zipkin v2 JSON object.
 pub(crate) fn write_span(s: &Span, out: &mut Vec<u8>, losses: &mut Losses) {
