@@ -9,6 +9,11 @@
 //!   `Retry-After: 1` without being read. When the store's buffer is full (flushing cannot keep
 //!   up), decoded spans are refused with 503 and `Retry-After: 2`. Both are counted — memory
 //!   never grows without bound and nothing is dropped silently.
+//! * Retry: the answers follow the OTLP retry rules. What a later retry of the same request can
+//!   get through — throttling, overload, a store that refuses writes until it is reopened (after
+//!   a failed WAL write or fsync), an I/O error, an ingest task that failed — is 429 or 503 with
+//!   `Retry-After` (gRPC: `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a `RetryInfo`); what it
+//!   cannot is 400, 413 or 415, and 500 only for a failure the same request would meet again.
 //! * Decoding and the durable append run on the blocking pool; the response is sent only after
 //!   the append (the acknowledgement means "in the WAL").
 //!
@@ -42,7 +47,10 @@ pub enum IngestError {
     Unsupported(String),
     /// 503 (the store's buffer is full).
     Overloaded(String),
-    /// 500.
+    /// 503 (the store refuses writes for now: a failed WAL write or fsync until it is reopened,
+    /// an I/O error; or the ingest task failed). Retrying later may succeed.
+    Unavailable(String),
+    /// 500 (a failure the same request would meet again).
     Internal(String),
 }
 
@@ -54,7 +62,7 @@ impl IngestError {
             IngestError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             IngestError::Malformed(_) => StatusCode::BAD_REQUEST,
             IngestError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            IngestError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            IngestError::Overloaded(_) | IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             IngestError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -63,7 +71,11 @@ impl IngestError {
         match self {
             IngestError::Throttled => Some(1),
             IngestError::Overloaded(_) => Some(2),
-            _ => None,
+            IngestError::Unavailable(_) => Some(5),
+            IngestError::TooLarge(_)
+            | IngestError::Malformed(_)
+            | IngestError::Unsupported(_)
+            | IngestError::Internal(_) => None,
         }
     }
     /// Human-readable message.
@@ -73,6 +85,7 @@ impl IngestError {
             | IngestError::Malformed(m)
             | IngestError::Unsupported(m)
             | IngestError::Overloaded(m)
+            | IngestError::Unavailable(m)
             | IngestError::Internal(m) => m.clone(),
             IngestError::Throttled => "too many request bytes in flight; retry later".into(),
         }
@@ -247,7 +260,14 @@ where
         out
     })
     .await;
-    res.map_err(|e| IngestError::Internal(format!("ingest task failed: {e}")))?
+    res.map_err(task_failed)?
+}
+
+/// The blocking ingest task panicked or was cancelled: nothing was acknowledged, and a retry
+/// runs in a new task (503).
+pub fn task_failed(e: tokio::task::JoinError) -> IngestError {
+    tracing::error!(error = %e, "ingest task failed");
+    IngestError::Unavailable(format!("ingest task failed: {e}"))
 }
 
 /// Stores spans made in this process rather than received (blocking): `weft serve --demo`'s
@@ -279,7 +299,16 @@ pub fn store_spans(
         Err(e) => {
             c.spans_dropped_error.fetch_add(n, Ordering::Relaxed);
             tracing::error!(error = %e, receiver = r.as_str(), spans = n, "storing spans failed");
-            Err(IngestError::Internal(format!("storing spans failed: {e}")))
+            let msg = format!("storing spans failed: {e}");
+            Err(match e {
+                // Conditions of the server, not of the request: a retry may get through once an
+                // operator reopened the store or the disk has room again.
+                StoreError::Poisoned(_)
+                | StoreError::Io { .. }
+                | StoreError::ReadOnly
+                | StoreError::Locked(_) => IngestError::Unavailable(msg),
+                _ => IngestError::Internal(msg),
+            })
         }
     }
 }

@@ -4,8 +4,12 @@
 //! Responses follow the OTLP specification: 200 with an `ExportTraceServiceResponse` (in the
 //! request's encoding) whose `partial_success` counts spans refused as invalid (bad ids) and
 //! names the first problem; 400 with a `google.rpc.Status` naming the field for an undecodable
-//! body; 413 past the size limits; 429 / 503 with `Retry-After` under overload (gRPC:
-//! `UNAVAILABLE`, which OTLP exporters retry).
+//! body; 413 past the size limits; 429 / 503 with `Retry-After` when a retry later may get
+//! through (throttling, overload, a store refusing writes after a failed WAL write or fsync);
+//! 500 only for a failure the same request would meet again. Over gRPC throttling is
+//! `RESOURCE_EXHAUSTED` and the other retryable refusals `UNAVAILABLE`, both with a
+//! `google.rpc.RetryInfo` in the status details saying when to come back (OTLP clients retry
+//! `RESOURCE_EXHAUSTED` only when it carries one).
 //!
 //! Agents (weft-agent) ship spans over this same OTLP/HTTP protobuf path: it is already
 //! compact, batched, compressible and acknowledged after the durable append, so weft has no
@@ -37,15 +41,68 @@ enum Enc {
     Json,
 }
 
-fn grpc_code(status: StatusCode) -> i32 {
+fn grpc_code(status: StatusCode) -> tonic::Code {
     match status {
-        StatusCode::BAD_REQUEST => 3,            // INVALID_ARGUMENT
-        StatusCode::PAYLOAD_TOO_LARGE => 8,      // RESOURCE_EXHAUSTED
-        StatusCode::TOO_MANY_REQUESTS => 8,      // RESOURCE_EXHAUSTED
-        StatusCode::SERVICE_UNAVAILABLE => 14,   // UNAVAILABLE
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => 3, // INVALID_ARGUMENT
-        _ => 13,                                 // INTERNAL
+        StatusCode::BAD_REQUEST | StatusCode::UNSUPPORTED_MEDIA_TYPE => tonic::Code::InvalidArgument,
+        // Without a RetryInfo (413) OTLP clients do not retry it; with one (429) they do.
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
+        StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+        _ => tonic::Code::Internal,
     }
+}
+
+/// `google.rpc.Status` with details, as gRPC carries it in `grpc-status-details-bin`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusWithDetails {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<AnyMessage>,
+}
+
+/// `google.protobuf.Any`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct AnyMessage {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+/// `google.rpc.RetryInfo`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<ProtoDuration>,
+}
+
+/// `google.protobuf.Duration`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+/// The gRPC status of a refused export: the code of its HTTP status, and for the retryable ones
+/// a `RetryInfo` with the `Retry-After` delay.
+fn grpc_status(e: &IngestError) -> tonic::Status {
+    let code = grpc_code(e.status());
+    let message = e.message();
+    let Some(secs) = e.retry_after() else { return tonic::Status::new(code, message) };
+    let retry = RetryInfo { retry_delay: Some(ProtoDuration { seconds: i64::from(secs), nanos: 0 }) };
+    let details = StatusWithDetails {
+        code: code as i32,
+        message: message.clone(),
+        details: vec![AnyMessage {
+            type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
+            value: retry.encode_to_vec(),
+        }],
+    };
+    tonic::Status::with_details(code, message, details.encode_to_vec().into())
 }
 
 fn content_type(enc: Enc) -> HeaderValue {
@@ -59,8 +116,10 @@ fn error_response(enc: Enc, e: &IngestError) -> Response {
     let status = e.status();
     let msg = e.message();
     let body = match enc {
-        Enc::Proto => RpcStatus { code: grpc_code(status), message: msg }.encode_to_vec(),
-        Enc::Json => serde_json::json!({"code": grpc_code(status), "message": msg}).to_string().into_bytes(),
+        Enc::Proto => RpcStatus { code: grpc_code(status) as i32, message: msg }.encode_to_vec(),
+        Enc::Json => {
+            serde_json::json!({"code": grpc_code(status) as i32, "message": msg}).to_string().into_bytes()
+        }
     };
     let mut r = (status, body).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, content_type(enc));
@@ -157,8 +216,7 @@ impl TraceService for GrpcTraceService {
         let r = Receiver::OtlpGrpc;
         state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let req = request.into_inner();
-        let permit = ingest::reserve(&state, r, req.encoded_len())
-            .map_err(|e| tonic::Status::resource_exhausted(e.message()))?;
+        let permit = ingest::reserve(&state, r, req.encoded_len()).map_err(|e| grpc_status(&e))?;
         let st = state.clone();
         let res = tokio::task::spawn_blocking(move || {
             let (spans, rejected) = otlp::from_request_lenient(req);
@@ -167,13 +225,12 @@ impl TraceService for GrpcTraceService {
             out
         })
         .await
-        .map_err(|e| tonic::Status::internal(format!("ingest task failed: {e}")))?;
+        .map_err(|e| grpc_status(&ingest::task_failed(e)))?;
         match res {
             Ok(stored) => Ok(tonic::Response::new(proto::ExportTraceServiceResponse {
                 partial_success: partial(&stored),
             })),
-            Err(e @ IngestError::Overloaded(_)) => Err(tonic::Status::unavailable(e.message())),
-            Err(e) => Err(tonic::Status::internal(e.message())),
+            Err(e) => Err(grpc_status(&e)),
         }
     }
 }

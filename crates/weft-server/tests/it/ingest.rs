@@ -240,3 +240,145 @@ fn grpc_overload_and_zipkin_limits() {
     assert_eq!(st, 400);
     assert!(String::from_utf8_lossy(&body).contains("id"), "{}", String::from_utf8_lossy(&body));
 }
+
+/// `google.rpc.Status` as gRPC carries it in `grpc-status-details-bin`, decoded here
+/// independently of the server's encoder.
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusDetails {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<AnyDetail>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct AnyDetail {
+    #[prost(string, tag = "1")]
+    type_url: String,
+    #[prost(bytes = "vec", tag = "2")]
+    value: Vec<u8>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct RetryInfo {
+    #[prost(message, optional, tag = "1")]
+    retry_delay: Option<ProtoDuration>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ProtoDuration {
+    #[prost(int64, tag = "1")]
+    seconds: i64,
+    #[prost(int32, tag = "2")]
+    nanos: i32,
+}
+
+/// The `RetryInfo` delay a gRPC status carries, if any.
+fn retry_delay(st: &tonic::Status) -> Option<std::time::Duration> {
+    if st.details().is_empty() {
+        return None;
+    }
+    let s = StatusDetails::decode(st.details()).unwrap();
+    assert_eq!((s.code, &s.message), (st.code() as i32, &st.message().to_owned()));
+    let any = s.details.iter().find(|d| d.type_url == "type.googleapis.com/google.rpc.RetryInfo")?;
+    let d = RetryInfo::decode(&any.value[..]).ok()?.retry_delay?;
+    Some(std::time::Duration::new(d.seconds as u64, d.nanos as u32))
+}
+
+/// Exports `batch` over gRPC `n` times, one connection.
+fn grpc_exports(s: &TestServer, batch: &[weft_model::Span], n: usize) -> Vec<Result<(), tonic::Status>> {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    let addr = format!("http://{}", s.grpc);
+    s.rt.block_on(async {
+        let mut c = TraceServiceClient::connect(addr).await.unwrap();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(c.export(otlp::to_request(batch)).await.map(|_| ()));
+        }
+        out
+    })
+}
+
+/// OTLP/gRPC clients retry RESOURCE_EXHAUSTED only when the status carries a `RetryInfo`:
+/// throttling says when to come back, whichever limit was hit.
+#[test]
+fn grpc_throttling_carries_retry_info() {
+    // Too many bytes in flight: RESOURCE_EXHAUSTED with a delay.
+    let s = TestServer::with(|_, c| c.max_inflight_bytes = 1024);
+    let out = grpc_exports(&s, &spans(13, 50), 1);
+    let st = out[0].as_ref().unwrap_err();
+    assert_eq!(st.code(), tonic::Code::ResourceExhausted, "{st:?}");
+    assert!(retry_delay(st).is_some_and(|d| d > std::time::Duration::ZERO), "{st:?}");
+    drop(s);
+    // The store's buffer is full: UNAVAILABLE with a delay.
+    let s = TestServer::with(|sc, _| {
+        sc.flush_bytes = usize::MAX;
+        sc.max_buffer_bytes = 64 << 10;
+    });
+    let out = grpc_exports(&s, &spans(14, 200), 4);
+    let refused: Vec<_> = out.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(!refused.is_empty(), "{out:?}");
+    for st in refused {
+        assert_eq!(st.code(), tonic::Code::Unavailable, "{st:?}");
+        assert!(retry_delay(st).is_some_and(|d| d > std::time::Duration::ZERO), "{st:?}");
+    }
+}
+
+/// WAL files whose fsyncs fail once `failing` is set.
+#[derive(Debug, Clone, Default)]
+struct FailingSync(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+struct FailingSyncFile(Box<dyn weft_store::wal::WalIo>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl weft_store::wal::WalFiles for FailingSync {
+    fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn weft_store::wal::WalIo>> {
+        Ok(Box::new(FailingSyncFile(weft_store::wal::OsFiles.create(path)?, self.0.clone())))
+    }
+}
+
+impl weft_store::wal::WalIo for FailingSyncFile {
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected fsync failure (EIO)"));
+        }
+        self.0.sync_data()
+    }
+}
+
+/// A store that refuses writes after a failed fsync (until an operator reopens it) is a
+/// server-side condition a client should retry later: 503 with `Retry-After` (not 500, which
+/// OTLP clients drop), gRPC UNAVAILABLE; nothing is acknowledged.
+#[test]
+fn a_poisoned_store_answers_503_with_retry_after_and_grpc_unavailable() {
+    let files = FailingSync::default();
+    let failing = files.0.clone();
+    let s = TestServer::with(|sc, _| {
+        sc.fsync = weft_store::FsyncPolicy::Always;
+        sc.wal_files = std::sync::Arc::new(files);
+    });
+    let batch = spans(15, 20);
+    let body = otlp::encode_proto(&batch);
+    let (st, _, _) = s.post("/v1/traces", &[PB], &body);
+    assert_eq!(st, 200);
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    // The failing fsync itself, then the sticky refusal after it.
+    for _ in 0..2 {
+        let (st, retry, body) = s.post("/v1/traces", &[PB], &body);
+        assert_eq!(st, 503, "{}", otlp::RpcStatus::message_of(&body));
+        assert!(retry.as_deref().and_then(|r| r.parse::<u32>().ok()).is_some_and(|r| r > 0), "{retry:?}");
+    }
+    let (st, retry, _) = s.post("/api/v2/spans", &[JSON], &zipkin::encode_v2_json(&batch));
+    assert_eq!(st, 503);
+    assert!(retry.is_some());
+    let out = grpc_exports(&s, &batch, 1);
+    let st = out[0].as_ref().unwrap_err();
+    assert_eq!(st.code(), tonic::Code::Unavailable, "{st:?}");
+    assert!(retry_delay(st).is_some_and(|d| d > std::time::Duration::ZERO), "{st:?}");
+    assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_http\"}"), batch.len() as f64);
+    assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_grpc\"}"), 0.0);
+}
