@@ -307,6 +307,8 @@ pub fn store_spans(
                 | StoreError::Io { .. }
                 | StoreError::ReadOnly
                 | StoreError::Locked(_) => IngestError::Unavailable(msg),
+                // The request alone is refused; the store goes on taking others.
+                StoreError::AppendTooLarge { .. } => IngestError::TooLarge(msg),
                 _ => IngestError::Internal(msg),
             })
         }

@@ -282,6 +282,18 @@ impl Metrics {
             "Torn or corrupt WAL records cut at start.",
             l(&m.wal_records_torn),
         );
+        one(
+            "weft_wal_records_quarantined_total",
+            "counter",
+            "Bad WAL records kept aside in quarantine/ and skipped at start.",
+            l(&m.wal_records_quarantined),
+        );
+        one(
+            "weft_store_appends_too_large_total",
+            "counter",
+            "Appends refused alone for exceeding the per-append limit (nothing written).",
+            l(&m.appends_too_large),
+        );
         one("weft_segments", "gauge", "Live Parquet segments.", st.segments as u64);
         one("weft_segment_bytes", "gauge", "Bytes of live segment files.", st.segment_bytes);
         one("weft_segment_spans", "gauge", "Spans in segments.", st.segment_spans);

@@ -20,6 +20,10 @@ pub struct StoreConfig {
     pub flush_interval: Duration,
     /// Buffered bytes (active + frozen) past which appends fail with `Overloaded`.
     pub max_buffer_bytes: usize,
+    /// Largest append (its spans or events in memory, Arrow bytes) taken at once; a larger one
+    /// is refused alone with `AppendTooLarge` before anything is written. A small request whose
+    /// spans repeat a large scope or resource expands far beyond its wire size.
+    pub max_append_bytes: usize,
     /// Delete segments whose spans weft wrote longer ago than this (by when weft wrote them,
     /// not by the spans' own timestamps).
     pub retention_age: Option<Duration>,
@@ -53,6 +57,7 @@ impl StoreConfig {
             flush_bytes: 64 << 20,
             flush_interval: Duration::from_secs(60),
             max_buffer_bytes: 256 << 20,
+            max_append_bytes: 128 << 20,
             retention_age: None,
             retention_bytes: None,
             compaction_small_bytes: 16 << 20,

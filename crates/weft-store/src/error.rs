@@ -30,6 +30,19 @@ pub enum StoreError {
     /// A write failed earlier (e.g. fsync): the store refuses writes to avoid silent loss.
     #[error("store is read-only after a write failure: {0}")]
     Poisoned(String),
+    /// One append is larger than the store takes at once: refused alone, before anything was
+    /// written (later appends are unaffected).
+    #[error(
+        "append of {bytes} bytes exceeds the limit of {limit} bytes per append ({what}); send smaller batches"
+    )]
+    AppendTooLarge {
+        /// The append's size.
+        bytes: usize,
+        /// The limit it exceeds.
+        limit: usize,
+        /// Which limit: the per-append bound on its in-memory (Arrow) size, or the WAL record limit.
+        what: &'static str,
+    },
     /// The store was opened read-only.
     #[error("store is opened read-only")]
     ReadOnly,

@@ -143,6 +143,7 @@ impl Store {
             .iter()
             .map(|b| b.get_array_memory_size())
             .sum::<usize>();
+        self.inner.check_append_size(arrow_bytes)?;
         with_payload_buffer(arrow_bytes + 16 * 1024, |payload| {
             wal::encode_spans(&batches, payload)?;
             self.inner.commit(payload, |m| m.push_spans(batches))
@@ -158,6 +159,7 @@ impl Store {
         }
         self.inner.check_writable(0)?;
         let batch = events_to_batch(events)?;
+        self.inner.check_append_size(batch.get_array_memory_size())?;
         with_payload_buffer(batch.get_array_memory_size() / 2 + 1024, |payload| {
             wal::encode_events(&batch, payload)?;
             self.inner.commit(payload, |m| m.push_events(batch))

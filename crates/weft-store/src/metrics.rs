@@ -31,6 +31,8 @@ pub struct Metrics {
     pub wal_records_replayed: AtomicU64,
     /// Torn or corrupt WAL records found (and cut) on open.
     pub wal_records_torn: AtomicU64,
+    /// Appends refused because they exceeded `max_append_bytes` (nothing of them written).
+    pub appends_too_large: AtomicU64,
     /// Bad WAL records kept aside (copied to `quarantine/`) and skipped on open.
     pub wal_records_quarantined: AtomicU64,
 }

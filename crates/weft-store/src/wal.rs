@@ -307,10 +307,11 @@ impl WalWriter {
     pub fn append(&mut self, payload: &[u8], sync: &WalSync) -> Result<(Arc<WalFile>, u64)> {
         sync.check()?;
         if payload.len() > MAX_RECORD {
-            return Err(StoreError::Query(format!(
-                "append of {} bytes exceeds the WAL record limit of {MAX_RECORD}",
-                payload.len()
-            )));
+            return Err(StoreError::AppendTooLarge {
+                bytes: payload.len(),
+                limit: MAX_RECORD,
+                what: "the WAL record limit",
+            });
         }
         self.frame.clear();
         self.frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());

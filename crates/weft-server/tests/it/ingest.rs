@@ -382,3 +382,26 @@ fn a_poisoned_store_answers_503_with_retry_after_and_grpc_unavailable() {
     assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_http\"}"), batch.len() as f64);
     assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_grpc\"}"), 0.0);
 }
+
+/// Issue 18 item 1: a small gzip request whose tiny spans share one large scope expands past
+/// the store's per-append limit. It alone is refused with 413 naming the reason; the store is
+/// not poisoned and the next request is stored.
+#[test]
+fn a_request_that_expands_past_the_append_limit_gets_413_alone() {
+    let s = TestServer::with(|sc, _| sc.max_append_bytes = 1 << 20);
+    let scope = std::sync::Arc::new(weft_model::Scope { name: "x".repeat(4096), ..Default::default() });
+    let mut bomb = spans(40, 2000);
+    for sp in &mut bomb {
+        sp.scope = std::sync::Arc::clone(&scope);
+    }
+    let body = gzip(&otlp::encode_proto(&bomb));
+    let (st, _, b) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &body);
+    let text = String::from_utf8_lossy(&b);
+    assert_eq!(st, 413, "{text}");
+    assert!(text.contains("exceeds the limit"), "{text}");
+    let ok = spans(41, 50);
+    let (st, _, b) = s.post("/v1/traces", &[PB], &otlp::encode_proto(&ok));
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(s.store.stats().buffer_spans, ok.len() as u64);
+    assert_eq!(s.metric("weft_store_appends_too_large_total"), 1.0);
+}

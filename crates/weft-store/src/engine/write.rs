@@ -65,6 +65,16 @@ impl Inner {
         e
     }
 
+    /// Refuses one append whose in-memory size exceeds `max_append_bytes` (nothing written).
+    pub(crate) fn check_append_size(&self, bytes: usize) -> Result<()> {
+        let limit = self.cfg.max_append_bytes;
+        if bytes > limit {
+            self.metrics.appends_too_large.fetch_add(1, Ordering::Relaxed);
+            return Err(StoreError::AppendTooLarge { bytes, limit, what: "max_append_bytes" });
+        }
+        Ok(())
+    }
+
     pub(crate) fn commit(
         &self,
         payload: &[u8],
@@ -73,7 +83,11 @@ impl Inner {
         let (file, end, freeze) = {
             let mut wal = self.wal.lock();
             let w = wal.as_mut().ok_or(StoreError::ReadOnly)?;
-            let (file, end) = w.append(payload, &self.sync).map_err(|e| self.poison(e))?;
+            let (file, end) = w.append(payload, &self.sync).map_err(|e| match e {
+                // Refused before a byte was written: this append alone fails.
+                e @ StoreError::AppendTooLarge { .. } => e,
+                e => self.poison(e),
+            })?;
             let mut st = self.state.write();
             push(&mut st.active)?;
             let freeze = st.active.bytes >= self.cfg.flush_bytes;

@@ -234,3 +234,31 @@ fn a_new_store_has_a_manifest_before_its_first_segment() {
     assert_eq!(count(&store), all.len() as i64);
     assert!(!orphan.exists(), "leftover of the interrupted flush removed");
 }
+
+/// Issue 18 item 1: a request of tiny spans that all share one large instrumentation scope
+/// expands far beyond its wire size (the scope is a column of every span row). Such an append
+/// is refused alone, before anything is written; the store is not poisoned and takes the
+/// next append.
+#[test]
+fn an_append_past_the_per_append_limit_is_refused_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_append_bytes = 1 << 20;
+    let store = Store::open(cfg).unwrap();
+    let scope = Arc::new(weft_model::Scope { name: "x".repeat(4096), ..weft_model::Scope::default() });
+    let mut bomb = spans(32, 2000);
+    for s in &mut bomb {
+        s.scope = Arc::clone(&scope);
+    }
+    match store.append(&bomb) {
+        Err(StoreError::AppendTooLarge { bytes, limit, .. }) => assert!(bytes > limit && limit == 1 << 20),
+        other => panic!("expected AppendTooLarge, got {other:?}"),
+    }
+    assert_eq!(store.metrics().appends_too_large.load(Ordering::Relaxed), 1);
+    let fine = spans(33, 100);
+    store.append(&fine).unwrap();
+    assert_eq!(count(&store), fine.len() as i64);
+    drop(store);
+    // Nothing of the refused append reached the WAL.
+    assert_eq!(count(&open(dir.path())), fine.len() as i64);
+}
