@@ -218,9 +218,12 @@ impl Agent {
                 agent: cfg.name.clone(),
                 host: cfg.host.clone(),
             };
-            let (l2, m, s, every) = (link.clone(), metrics.clone(), stop.clone(), cfg.report_interval);
-            others.push(spawn("weft-agent-report", move || crate::collector::run_reporter(l2, m, s, every)));
+            // Reports and commands both need the control token (a report registers the agent).
             if cfg.control_token.is_some() {
+                let (l2, m, s, every) = (link.clone(), metrics.clone(), stop.clone(), cfg.report_interval);
+                others.push(spawn("weft-agent-report", move || {
+                    crate::collector::run_reporter(l2, m, s, every)
+                }));
                 let (s, e) = (stop.clone(), exec.clone());
                 // not joined at shutdown: a long poll may be in flight
                 let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e));

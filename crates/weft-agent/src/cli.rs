@@ -28,6 +28,10 @@ pub struct Args {
     /// without it the agent takes no commands from the collector.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
     pub control_token: Option<String>,
+    /// Read the control token from the first line of this file instead (keeps it out of the
+    /// process list).
+    #[arg(long, value_name = "FILE")]
+    pub control_token_file: Option<PathBuf>,
     /// Spool directory (batches wait here until the collector acknowledges them). Default:
     /// $XDG_STATE_HOME/weft/agent-spool, else ~/.local/state/weft/agent-spool.
     #[arg(long, env = "WEFT_SPOOL_DIR")]
@@ -126,7 +130,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         u => Some(format!("http://{u}")),
     };
-    cfg.control_token = args.control_token.clone().filter(|t| !t.is_empty());
+    cfg.control_token =
+        weft_cli::control_token(args.control_token.as_deref(), args.control_token_file.as_deref())?;
     cfg.spool.limit_bytes = args.spool_size.max(64 * 1024);
     cfg.spool.chunk_bytes = (cfg.spool.limit_bytes / 8).clamp(1024, 8 << 20);
     cfg.spool.policy = args.spool_full;

@@ -7,6 +7,9 @@
 //!   logging and progress bars; [`exit_code`] turns a command's result into the exit status.
 //! * [`progress`]: progress bars and spinners (stderr, only on a terminal, hidden by `--quiet`).
 //! * [`units`]: human-friendly sizes and durations for options (`64MiB`, `250ms`).
+//! * [`control_token`]: the control API's bearer token from `--control-token`,
+//!   `--control-token-file` or `WEFT_CONTROL_TOKEN` (a file or the environment keep it out of
+//!   the process list).
 
 pub mod progress;
 pub mod units;
@@ -43,5 +46,46 @@ pub fn exit_code(result: anyhow::Result<()>) -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The control API's bearer token: `token` (from `--control-token` or `WEFT_CONTROL_TOKEN`),
+/// else the first line of `file` (`--control-token-file`, e.g. a mode-0600 secret; surrounding
+/// white space is trimmed). An empty token counts as none.
+pub fn control_token(token: Option<&str>, file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    let t = match (token, file) {
+        (Some(_), Some(_)) => {
+            anyhow::bail!("give --control-token (or WEFT_CONTROL_TOKEN) or --control-token-file, not both")
+        }
+        (Some(t), None) => t.to_string(),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| anyhow::anyhow!("--control-token-file {}: {e}", f.display()))?;
+            text.lines().next().unwrap_or("").to_string()
+        }
+        (None, None) => return Ok(None),
+    };
+    let t = t.trim();
+    Ok((!t.is_empty()).then(|| t.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::control_token;
+
+    #[test]
+    fn control_token_from_flag_file_or_none() {
+        let dir = std::env::temp_dir().join(format!("weft-cli-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("token");
+        std::fs::write(&f, "  s3cret \nignored\n").unwrap();
+        assert_eq!(control_token(None, Some(&f)).unwrap().as_deref(), Some("s3cret"));
+        assert_eq!(control_token(Some("t"), None).unwrap().as_deref(), Some("t"));
+        assert_eq!(control_token(Some(""), None).unwrap(), None);
+        assert_eq!(control_token(None, None).unwrap(), None);
+        assert!(control_token(Some("t"), Some(&f)).is_err());
+        let missing = control_token(None, Some(&dir.join("nope"))).unwrap_err().to_string();
+        assert!(missing.contains("--control-token-file") && missing.contains("nope"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

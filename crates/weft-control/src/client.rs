@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::proto::{AgentReport, PollRequest, PollResponse};
 
-/// Route of the agents' congestion reports (no token, like ingest).
+/// Route of the agents' congestion reports (bearer token: a report registers an agent).
 pub const REPORT_ROUTE: &str = "/api/agents/report";
 /// Route of the agents' command long poll (bearer token).
 pub const POLL_ROUTE: &str = "/api/control/poll";
@@ -72,7 +72,7 @@ impl Collector {
 
     /// Post one congestion report.
     pub fn report(&self, report: &AgentReport) -> Result<(), ClientError> {
-        self.post(REPORT_ROUTE, report, REPORT_TIMEOUT, false).map(drop)
+        self.post(REPORT_ROUTE, report, REPORT_TIMEOUT, true).map(drop)
     }
 
     /// Return results and wait (up to `req.wait_ms`, which the collector caps) for new commands.

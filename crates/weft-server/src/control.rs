@@ -8,7 +8,7 @@
 //! | `GET /api/control/probes/{id}` | bearer | a command with its results per agent and process |
 //! | `GET /api/control/agents` | bearer | agents seen, with their last report |
 //! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
-//! | `POST /api/agents/report` | none (like ingest) | an agent's [`AgentReport`]: per-process ring occupancy and drops, its spool; shown on `/metrics` |
+//! | `POST /api/agents/report` | bearer token | an agent's [`AgentReport`]: per-process ring occupancy and drops, its spool; shown on `/metrics` |
 //!
 //! The token comes from `weft serve --control-token` (or `WEFT_CONTROL_TOKEN`); without one the
 //! `/api/control/*` routes answer 404 (control disabled). A missing or wrong token gets 401. Every
@@ -540,8 +540,12 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
     }
 }
 
-async fn report(State(st): State<AppState>, body: Body) -> Response {
+async fn report(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let c = &st.control;
+    // A report registers (or replaces) an agent: only holders of the token may do that.
+    if let Err(e) = c.check(&headers) {
+        return e.into_response();
+    }
     let bytes = match read_body(body, 1 << 20).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),

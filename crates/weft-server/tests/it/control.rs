@@ -41,10 +41,10 @@ fn without_a_token_the_control_api_is_off() {
     let (st, _, body) = s.post("/api/control/probes", &[JSON, AUTH], br#"{"op":"list"}"#);
     assert_eq!(st, 404);
     assert!(String::from_utf8_lossy(&body).contains("--control-token"));
-    // agents may still report (like ingest)
+    // agent reports are part of the control API: off too
     let rep = AgentReport { agent: "a".into(), ..AgentReport::default() };
     let (st, _, _) = s.post("/api/agents/report", &[JSON], &serde_json::to_vec(&rep).unwrap());
-    assert_eq!(st, 204);
+    assert_eq!(st, 404);
 }
 
 #[test]
@@ -180,13 +180,20 @@ fn congestion_reports_show_on_metrics() {
         }],
         ..AgentReport::default()
     };
-    let (st, _, _) = s.post("/api/agents/report", &[JSON], &serde_json::to_vec(&rep).unwrap());
+    // issue 18: nobody without the token registers, forges or evicts an agent
+    let body = serde_json::to_vec(&rep).unwrap();
+    let (st, _, _) = s.post("/api/agents/report", &[JSON], &body);
+    assert_eq!(st, 401);
+    let (st, _, _) = s.post("/api/agents/report", &[JSON, ("Authorization", "Bearer tok-12")], &body);
+    assert_eq!(st, 401);
+    assert!(!s.get("/metrics").1.contains("agent=\"node-a\""), "an unauthenticated report was taken");
+    let (st, _, _) = s.post("/api/agents/report", &[JSON, AUTH], &body);
     assert_eq!(st, 204);
     let labels = "{agent=\"node-a\",pid=\"42\",service=\"mapper\"}";
     assert_eq!(s.metric(&format!("weft_agent_process_ring_occupancy_max{labels}")), 0.75);
     assert_eq!(s.metric(&format!("weft_agent_process_dropped_ring_full{labels}")), 9.0);
     assert_eq!(s.metric(&format!("weft_agent_process_pending_bytes{labels}")), 1234.0);
-    let (st, _, _) = s.post("/api/agents/report", &[JSON], b"{\"agent\":");
+    let (st, _, _) = s.post("/api/agents/report", &[JSON, AUTH], b"{\"agent\":");
     assert_eq!(st, 400);
     // oversized: 413 (or, if the server answered and closed before the client finished
     // sending, a broken pipe on the client side); the server is fine afterwards
@@ -194,6 +201,7 @@ fn congestion_reports_show_on_metrics() {
         .agent
         .post(&s.url("/api/agents/report"))
         .header("Content-Type", "application/json")
+        .header(AUTH.0, AUTH.1)
         .send(&vec![b' '; 2 << 20][..])
     {
         Ok(r) => assert_eq!(r.status().as_u16(), 413),

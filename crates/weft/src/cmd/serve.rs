@@ -67,6 +67,10 @@ pub struct Args {
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
     pub control_token: Option<String>,
+    /// Read the control token from the first line of this file instead (keeps it out of the
+    /// process list).
+    #[arg(long, value_name = "FILE")]
+    pub control_token_file: Option<std::path::PathBuf>,
 }
 
 fn listener(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -118,7 +122,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
-        control_token: args.control_token.clone().filter(|t| !t.is_empty()),
+        control_token: weft_cli::control_token(
+            args.control_token.as_deref(),
+            args.control_token_file.as_deref(),
+        )?,
         ..ServerConfig::default()
     };
 
