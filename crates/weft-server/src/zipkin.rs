@@ -60,7 +60,9 @@ async fn post_spans(State(state): State<AppState>, headers: HeaderMap, body: axu
     let ct =
         headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     let proto = ct.starts_with("application/x-protobuf") || ct.starts_with("application/protobuf");
-    if !proto && !ct.is_empty() && !ct.starts_with("application/json") {
+    // An explicit type is required: a web page can send a body without one to any address
+    // (a CORS "simple request"), which must not store spans.
+    if !proto && !ct.starts_with("application/json") {
         let r = Receiver::Zipkin;
         state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         state.metrics.receiver(r).requests_malformed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

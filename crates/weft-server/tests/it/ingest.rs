@@ -87,6 +87,13 @@ fn malformed_bodies_get_400_naming_where() {
     assert_eq!(st, 415);
     assert_eq!(s.metric("weft_requests_malformed_total{receiver=\"otlp_http\"}"), 5.0);
     // Zipkin JSON errors name the position.
+    // issue 18: no Content-Type (what a web page's cross-origin "simple request" may send) is
+    // refused, for Zipkin as for OTLP
+    let one = zipkin::encode_v2_json(&spans(7, 1));
+    let (st, _, _) = s.post("/api/v2/spans", &[], &one);
+    assert_eq!(st, 415);
+    let (st, _, _) = s.post("/v1/traces", &[], &otlp::encode_proto(&spans(7, 1)));
+    assert_eq!(st, 415);
     let (st, _, body) = s.post("/api/v2/spans", &[JSON], b"[{\"traceId\": \"xyz\", \"id\": \"1\"}]");
     assert_eq!(st, 400);
     assert!(String::from_utf8_lossy(&body).contains("traceId"), "{}", String::from_utf8_lossy(&body));
