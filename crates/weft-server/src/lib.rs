@@ -29,6 +29,7 @@ pub mod ui;
 pub mod zipkin;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -146,12 +147,64 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Serve
     TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { what, addr, source })
 }
 
+/// The `Host` names HTTP requests may use besides IP addresses (see
+/// [`ServerConfig::allowed_hosts`]): lower case, without port; `None` allows any.
+fn host_allowlist(cfg: &ServerConfig, bound: &[SocketAddr]) -> Option<Arc<Vec<String>>> {
+    if cfg.allowed_hosts.iter().any(|h| h == "*") {
+        return None;
+    }
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].iter().map(|h| h.to_string()).collect();
+    hosts.extend(bound.iter().filter(|a| !a.ip().is_unspecified()).map(|a| a.ip().to_string()));
+    hosts.extend(cfg.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()));
+    Some(Arc::new(hosts))
+}
+
+/// The host part of a `Host` value (`name:port`, `1.2.3.4`, `[::1]:80`), lower case.
+fn host_name(value: &str) -> String {
+    let v = value.trim();
+    let host = match v.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => v
+            .rsplit_once(':')
+            .map_or(v, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { v }),
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+async fn check_host(
+    State(allowed): State<Arc<Vec<String>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let named = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+    match named {
+        // HTTP/1.0 without Host: no browser sends that.
+        None => next.run(req).await,
+        // An address is no rebinding vector (a page's origin would be that address itself):
+        // clients of a listener bound to 0.0.0.0 may name any of the machine's addresses.
+        Some(h) if host_name(&h).parse::<std::net::IpAddr>().is_ok() => next.run(req).await,
+        Some(h) if allowed.contains(&host_name(&h)) => next.run(req).await,
+        Some(h) => api::ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: format!(
+                "Host {h:?} is not allowed (DNS rebinding protection): start weft serve with --allow-host {}",
+                host_name(&h)
+            ),
+        }
+        .into_response(),
+    }
+}
+
 /// Binds every configured listener and starts serving. Port 0 picks a free port (see the
 /// returned addresses).
 pub async fn start(state: AppState) -> Result<Running, ServerError> {
     let cfg = state.config.clone();
     let (stop, stop_rx) = watch::channel(false);
-    let http_router = router(state.clone());
     let mut tasks = Vec::new();
     let mut bound = [None; 4];
     let listeners = [
@@ -160,11 +213,19 @@ pub async fn start(state: AppState) -> Result<Running, ServerError> {
         ("Zipkin", cfg.zipkin, false),
         ("query", cfg.http, false),
     ];
+    let mut sockets = Vec::new();
     for (i, (what, addr, grpc)) in listeners.into_iter().enumerate() {
         let Some(addr) = addr else { continue };
         let l = bind(what, addr).await?;
         let local = l.local_addr().map_err(|source| ServerError::Bind { what, addr, source })?;
         bound[i] = Some(local);
+        sockets.push((what, l, grpc));
+    }
+    let mut http_router = router(state.clone());
+    if let Some(allowed) = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>()) {
+        http_router = http_router.layer(axum::middleware::from_fn_with_state(allowed, check_host));
+    }
+    for (what, l, grpc) in sockets {
         let app = if grpc { otlp::grpc_router(state.clone()) } else { http_router.clone() };
         let mut rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {

@@ -35,6 +35,10 @@ pub struct ServerConfig {
     pub autocomplete_keys: Vec<String>,
     /// Bearer token of the control API (`/api/control/*`); `None` disables it.
     pub control_token: Option<String>,
+    /// Host names HTTP requests may name in their `Host` besides `localhost` and IP addresses:
+    /// a request naming another host is refused (403), so a web page cannot reach the server
+    /// through DNS rebinding (which needs a name). `*` allows any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +62,7 @@ impl Default for ServerConfig {
                 "db.system".into(),
             ],
             control_token: None,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -217,3 +217,34 @@ fn congestion_reports_show_on_metrics() {
     assert_eq!(v[0]["agent"], "node-a");
     assert_eq!(v[0]["report"]["processes"][0]["pid"], 42);
 }
+
+/// One raw HTTP/1.1 GET with the given `Host` header → status code.
+fn get_with_host(s: &TestServer, host: &str, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let addr = s.url("").trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+    write!(c, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    c.read_to_string(&mut answer).unwrap();
+    answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status: {answer}"))
+}
+
+/// Issue 18: a web page that rebinds its own name to 127.0.0.1 reaches the server with its
+/// name in `Host`; such requests are refused unless the name is allowed.
+#[test]
+fn requests_naming_another_host_are_refused() {
+    let s = TestServer::start();
+    let port = s.url("").rsplit(':').next().unwrap().to_string();
+    assert_eq!(get_with_host(&s, &format!("127.0.0.1:{port}"), "/api/status"), 200);
+    assert_eq!(get_with_host(&s, &format!("localhost:{port}"), "/api/status"), 200);
+    assert_eq!(get_with_host(&s, &format!("[::1]:{port}"), "/api/status"), 200);
+    assert_eq!(get_with_host(&s, &format!("attacker.example:{port}"), "/api/status"), 403);
+    assert_eq!(get_with_host(&s, "attacker.example", "/api/sql?q=SELECT%201"), 403);
+    // addresses are no rebinding vector: a listener bound to 0.0.0.0 is reached by its address
+    assert_eq!(get_with_host(&s, "10.1.2.3:4318", "/api/status"), 200);
+    let allowed = TestServer::with(|_, c| c.allowed_hosts = vec!["Collector.Internal".into()]);
+    assert_eq!(get_with_host(&allowed, "collector.internal:4318", "/api/status"), 200);
+    assert_eq!(get_with_host(&allowed, "attacker.example", "/api/status"), 403);
+    let any = TestServer::with(|_, c| c.allowed_hosts = vec!["*".into()]);
+    assert_eq!(get_with_host(&any, "attacker.example", "/api/status"), 200);
+}

@@ -67,6 +67,11 @@ pub struct Args {
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
     pub control_token: Option<String>,
+    /// Another host name requests may name in their `Host` header, besides localhost and IP
+    /// addresses (repeatable; `*` allows any). Other names get 403: a web page cannot reach the
+    /// server through DNS rebinding. Needed when clients reach weft serve by a name.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
     /// Read the control token from the first line of this file instead (keeps it out of the
     /// process list).
     #[arg(long, value_name = "FILE")]
@@ -122,6 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
+        allowed_hosts: args.allow_hosts.clone(),
         control_token: weft_cli::control_token(
             args.control_token.as_deref(),
             args.control_token_file.as_deref(),
