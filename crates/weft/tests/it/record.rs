@@ -84,6 +84,9 @@ fn record_weaves_kernel_time_into_app_spans_and_agrees_with_perf() {
     let mut rec = weft()
         .args(["record", "--quiet", "--pid", &pid.to_string()])
         .args(["-e", "sched:sched_switch", "-e", "raw_syscalls:sys_enter", "-e", "raw_syscalls:sys_exit"])
+        // sched_switch is per CPU: with the other tests of this binary running, untraced
+        // threads' switches overflowed the default 2 MiB ring once (4,854 lost on one CPU).
+        .args(["--ring-size", "16MiB"])
         .arg("--to")
         .arg(&out)
         .arg("--weave")
