@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
 use prost::Message;
-use weft_model::codec::otlp::{self, RpcStatus, proto};
+use weft_model::codec::otlp::{self, RpcAny, RpcStatus, proto};
 
 use crate::ingest::{self, IngestError, Stored};
 use crate::metrics::Receiver;
@@ -51,26 +51,6 @@ fn grpc_code(status: StatusCode) -> tonic::Code {
     }
 }
 
-/// `google.rpc.Status` with details, as gRPC carries it in `grpc-status-details-bin`.
-#[derive(Clone, PartialEq, prost::Message)]
-struct StatusWithDetails {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-    #[prost(message, repeated, tag = "3")]
-    details: Vec<AnyMessage>,
-}
-
-/// `google.protobuf.Any`.
-#[derive(Clone, PartialEq, prost::Message)]
-struct AnyMessage {
-    #[prost(string, tag = "1")]
-    type_url: String,
-    #[prost(bytes = "vec", tag = "2")]
-    value: Vec<u8>,
-}
-
 /// `google.rpc.RetryInfo`.
 #[derive(Clone, PartialEq, prost::Message)]
 struct RetryInfo {
@@ -94,10 +74,10 @@ fn grpc_status(e: &IngestError) -> tonic::Status {
     let message = e.message();
     let Some(secs) = e.retry_after() else { return tonic::Status::new(code, message) };
     let retry = RetryInfo { retry_delay: Some(ProtoDuration { seconds: i64::from(secs), nanos: 0 }) };
-    let details = StatusWithDetails {
+    let details = RpcStatus {
         code: code as i32,
         message: message.clone(),
-        details: vec![AnyMessage {
+        details: vec![RpcAny {
             type_url: "type.googleapis.com/google.rpc.RetryInfo".into(),
             value: retry.encode_to_vec(),
         }],
@@ -116,7 +96,9 @@ fn error_response(enc: Enc, e: &IngestError) -> Response {
     let status = e.status();
     let msg = e.message();
     let body = match enc {
-        Enc::Proto => RpcStatus { code: grpc_code(status) as i32, message: msg }.encode_to_vec(),
+        Enc::Proto => {
+            RpcStatus { code: grpc_code(status) as i32, message: msg, details: Vec::new() }.encode_to_vec()
+        }
         Enc::Json => {
             serde_json::json!({"code": grpc_code(status) as i32, "message": msg}).to_string().into_bytes()
         }

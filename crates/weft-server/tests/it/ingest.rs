@@ -248,26 +248,8 @@ fn grpc_overload_and_zipkin_limits() {
     assert!(String::from_utf8_lossy(&body).contains("id"), "{}", String::from_utf8_lossy(&body));
 }
 
-/// `google.rpc.Status` as gRPC carries it in `grpc-status-details-bin`, decoded here
-/// independently of the server's encoder.
-#[derive(Clone, PartialEq, prost::Message)]
-struct StatusDetails {
-    #[prost(int32, tag = "1")]
-    code: i32,
-    #[prost(string, tag = "2")]
-    message: String,
-    #[prost(message, repeated, tag = "3")]
-    details: Vec<AnyDetail>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct AnyDetail {
-    #[prost(string, tag = "1")]
-    type_url: String,
-    #[prost(bytes = "vec", tag = "2")]
-    value: Vec<u8>,
-}
-
+/// `google.rpc.RetryInfo`, decoded here independently of the server's encoder (the status
+/// around it is weft-model's `RpcStatus`).
 #[derive(Clone, PartialEq, prost::Message)]
 struct RetryInfo {
     #[prost(message, optional, tag = "1")]
@@ -287,7 +269,7 @@ fn retry_delay(st: &tonic::Status) -> Option<std::time::Duration> {
     if st.details().is_empty() {
         return None;
     }
-    let s = StatusDetails::decode(st.details()).unwrap();
+    let s = otlp::RpcStatus::decode(st.details()).unwrap();
     assert_eq!((s.code, &s.message), (st.code() as i32, &st.message().to_owned()));
     let any = s.details.iter().find(|d| d.type_url == "type.googleapis.com/google.rpc.RetryInfo")?;
     let d = RetryInfo::decode(&any.value[..]).ok()?.retry_delay?;

@@ -70,8 +70,8 @@ pub mod proto {
 
 pub(crate) const PROTO: &str = "OTLP protobuf";
 
-/// `google.rpc.Status`: the body of an OTLP/HTTP error answer in protobuf (receivers write
-/// it, exporters read its message).
+/// `google.rpc.Status`: the body of an OTLP/HTTP error answer in protobuf and the details a
+/// gRPC status carries (receivers write it, exporters read its message).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct RpcStatus {
     /// The gRPC status code.
@@ -80,6 +80,20 @@ pub struct RpcStatus {
     /// What went wrong.
     #[prost(string, tag = "2")]
     pub message: String,
+    /// Typed details, e.g. a `google.rpc.RetryInfo`.
+    #[prost(message, repeated, tag = "3")]
+    pub details: Vec<RpcAny>,
+}
+
+/// `google.protobuf.Any`: one detail of an [`RpcStatus`].
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RpcAny {
+    /// `type.googleapis.com/<message name>`.
+    #[prost(string, tag = "1")]
+    pub type_url: String,
+    /// The encoded message.
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
 }
 
 impl RpcStatus {
