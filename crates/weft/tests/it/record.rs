@@ -205,7 +205,10 @@ fn record_weaves_kernel_time_into_app_spans_and_agrees_with_perf() {
             "{sc}: perf trace {p}, weft {w}\nperf: {perf_main:?}\nweft: {weft_counts:?}"
         );
     }
-    assert_eq!(perf_main.get("getppid"), Some(&1000));
+    // The program makes exactly 1000 getppid calls: weft must see them all. perf trace, the
+    // peer, attaches on its own and once missed the first call on a loaded machine (999): it
+    // only has to agree within one, above.
+    assert_eq!(weft_counts.get("getppid"), Some(&1000));
 
     // --- against perf stat (switch-outs of the target's threads) ---
     let stat = std::fs::read_to_string(&stat_txt).unwrap();
