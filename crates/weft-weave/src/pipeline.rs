@@ -158,10 +158,11 @@ pub struct RunReport<R = WeaveStats> {
     pub spans: u64,
 }
 
-/// A producer of events, run on its own thread: a simulator log, a CTF trace's streams, capture
+/// A producer of events (`T`: [`Event`]s, or what a stage takes instead, e.g. whole capture
+/// files), run on its own thread: a simulator log, a CTF trace's streams, weft-probe capture
 /// files, a kernel capture. Its batches are in time order when the run merges by time
 /// ([`Order::Time`]).
-pub trait EventSource: Send {
+pub trait EventSource<T = Event>: Send {
     /// Component name (progress, report).
     fn name(&self) -> &str;
     /// What it reads (progress, report).
@@ -170,6 +171,11 @@ pub trait EventSource: Send {
     /// the time merge may pass it over. Files and captures are not streams.
     fn is_stream(&self) -> bool {
         false
+    }
+    /// The input's size in bytes when known before it is opened (0: unknown, or set by
+    /// [`EventSource::open`]).
+    fn total_bytes(&self) -> u64 {
+        0
     }
     /// Opens the input (a FIFO blocks here until its writer appears); sets
     /// [`SourceProgress::total_bytes`] when the size is known. The default does nothing.
@@ -180,7 +186,7 @@ pub trait EventSource: Send {
     /// Appends the next events to `batch` and updates `progress`'s counters; `Ok(false)` at the
     /// end of the input. An error ends the source (the run goes on without it; its report
     /// carries the message).
-    fn next_batch(&mut self, batch: &mut Vec<Event>, progress: &SourceProgress) -> Result<bool, String>;
+    fn next_batch(&mut self, batch: &mut Vec<T>, progress: &SourceProgress) -> Result<bool, String>;
     /// At the end: fills in what the source knows of its report.
     fn finish(self: Box<Self>, report: &mut SourceReport) {
         let _ = report;
@@ -190,11 +196,13 @@ pub trait EventSource: Send {
 /// Events → spans on the weave thread: the simulator weavers ([`Weave`]), BlkKin's, the kernel
 /// weaver, or a caller's stage around one of them.
 pub trait WeaveStage: Send {
+    /// What its sources produce ([`Event`] but for stages that need another unit).
+    type Item: Send + 'static;
     /// What the stage reports at the end.
     type Report: Send + 'static;
     /// Takes one batch (in the run's [`Order`]), appending the spans it finished to `out`. An
     /// error stops the run ([`WeaveError::Stage`]).
-    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError>;
+    fn push(&mut self, items: &[Self::Item], out: &mut Vec<Span>) -> Result<(), StageError>;
     /// End of input: appends every span still held.
     fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError>;
     /// Spans per source index so far (empty: not counted per source).
@@ -206,6 +214,7 @@ pub trait WeaveStage: Send {
 }
 
 impl WeaveStage for Weave {
+    type Item = Event;
     type Report = WeaveStats;
     fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
         for e in events {
@@ -268,10 +277,12 @@ impl Default for RunOptions {
     }
 }
 
-enum Msg {
-    Events(Vec<Event>),
+enum Msg<T> {
+    Events(Vec<T>),
     End(Box<SourceReport>),
 }
+
+type MergeResult = (MergeStats, Vec<Option<SourceReport>>);
 
 type WeaveResult<R> = Result<(R, Vec<u64>, u64), StageError>;
 
@@ -279,7 +290,7 @@ type WeaveResult<R> = Result<(R, Vec<u64>, u64), StageError>;
 pub struct Run<W: WeaveStage = Weave> {
     progress: Vec<Arc<SourceProgress>>,
     sources: Vec<JoinHandle<()>>,
-    merge: Option<JoinHandle<(MergeStats, Vec<Option<SourceReport>>)>>,
+    merge: Option<JoinHandle<MergeResult>>,
     weave: Option<JoinHandle<WeaveResult<W::Report>>>,
     sinks: Arc<Vec<SinkHandle>>,
     spans: Arc<AtomicU64>,
@@ -330,41 +341,63 @@ impl Run<Weave> {
     }
 }
 
-impl<W: WeaveStage + 'static> Run<W> {
-    /// Starts a run of `sources` through `stage` into `sinks`.
+impl<W: WeaveStage<Item = Event> + 'static> Run<W> {
+    /// Starts a run of event `sources` through `stage` into `sinks`, in `opts.order`.
     pub fn with(
         sources: Vec<Box<dyn EventSource>>,
-        mut stage: W,
+        stage: W,
         sinks: Vec<SinkSpec>,
         opts: RunOptions,
+    ) -> Result<Run<W>, WeaveError> {
+        let streams: Vec<bool> = sources.iter().map(|s| s.is_stream()).collect();
+        let (batch, cap) = (opts.batch_events, opts.merge_buffer_events);
+        let stall = std::time::Duration::from_millis(opts.merge_stall_ms.max(1));
+        let order = opts.order;
+        Run::launch(sources, stage, sinks, &opts, move |rxs, tx| match order {
+            Order::Time => merge_thread(rxs, tx, batch, cap, streams, stall),
+            Order::Arrival => arrival_thread(rxs, tx),
+        })
+    }
+}
+
+impl<W: WeaveStage + 'static> Run<W> {
+    /// Starts a run of `sources` producing the stage's own items (whole capture files, ...)
+    /// through `stage` into `sinks`; their batches are passed on as they arrive.
+    pub fn with_items(
+        sources: Vec<Box<dyn EventSource<W::Item>>>,
+        stage: W,
+        sinks: Vec<SinkSpec>,
+        opts: RunOptions,
+    ) -> Result<Run<W>, WeaveError> {
+        Run::launch(sources, stage, sinks, &opts, arrival_thread)
+    }
+
+    fn launch(
+        sources: Vec<Box<dyn EventSource<W::Item>>>,
+        mut stage: W,
+        sinks: Vec<SinkSpec>,
+        opts: &RunOptions,
+        merge: impl FnOnce(Vec<Receiver<Msg<W::Item>>>, Sender<Vec<W::Item>>) -> MergeResult + Send + 'static,
     ) -> Result<Run<W>, WeaveError> {
         let mut handles = Vec::new();
         for s in sinks {
             handles.push(SinkHandle::start(s)?);
         }
         let sinks = Arc::new(handles);
-        let n = sources.len();
-        let streams: Vec<bool> = sources.iter().map(|s| s.is_stream()).collect();
         let mut progress = Vec::new();
         let mut rxs = Vec::new();
         let mut threads = Vec::new();
         for src in sources {
             let p = Arc::new(SourceProgress::new(src.name(), src.path()));
+            p.total_bytes.store(src.total_bytes(), Ordering::Relaxed);
             progress.push(p.clone());
-            let (tx, rx) = bounded::<Msg>(opts.queue_batches);
+            let (tx, rx) = bounded::<Msg<W::Item>>(opts.queue_batches);
             rxs.push(rx);
             threads.push(spawn(&format!("weft-src-{}", src.name()), move || source_thread(src, p, tx))?);
         }
-        let (mtx, mrx) = bounded::<Vec<Event>>(opts.queue_batches);
+        let (mtx, mrx) = bounded::<Vec<W::Item>>(opts.queue_batches);
         let batch = opts.batch_events;
-        let merge = match opts.order {
-            Order::Time => {
-                let cap = opts.merge_buffer_events;
-                let stall = std::time::Duration::from_millis(opts.merge_stall_ms.max(1));
-                spawn("weft-merge", move || merge_thread(n, rxs, mtx, batch, cap, streams, stall))?
-            }
-            Order::Arrival => spawn("weft-merge", move || arrival_thread(rxs, mtx))?,
-        };
+        let merge = spawn("weft-merge", move || merge(rxs, mtx))?;
         let spans = Arc::new(AtomicU64::new(0));
         let (sp, prog, sk) = (spans.clone(), progress.clone(), sinks.clone());
         let weave = spawn("weft-weave", move || -> WeaveResult<W::Report> {
@@ -475,7 +508,7 @@ fn empty_report(p: &SourceProgress) -> SourceReport {
     }
 }
 
-fn source_thread(mut src: Box<dyn EventSource>, p: Arc<SourceProgress>, tx: Sender<Msg>) {
+fn source_thread<T>(mut src: Box<dyn EventSource<T>>, p: Arc<SourceProgress>, tx: Sender<Msg<T>>) {
     let mut report = empty_report(&p);
     match src.open(&p) {
         Err(e) => report.error = Some(e),
@@ -592,10 +625,7 @@ impl EventSource for LogSource {
 }
 
 /// Passes batches on as they arrive (no ordering across sources).
-fn arrival_thread(
-    rxs: Vec<Receiver<Msg>>,
-    out_tx: Sender<Vec<Event>>,
-) -> (MergeStats, Vec<Option<SourceReport>>) {
+fn arrival_thread<T>(rxs: Vec<Receiver<Msg<T>>>, out_tx: Sender<Vec<T>>) -> MergeResult {
     let mut reports: Vec<Option<SourceReport>> = (0..rxs.len()).map(|_| None).collect();
     let mut open: Vec<usize> = (0..rxs.len()).collect();
     let mut stats = MergeStats::default();
@@ -627,14 +657,14 @@ fn arrival_thread(
 }
 
 fn merge_thread(
-    n: usize,
-    rxs: Vec<Receiver<Msg>>,
+    rxs: Vec<Receiver<Msg<Event>>>,
     out_tx: Sender<Vec<Event>>,
     batch: usize,
     cap: usize,
     stream: Vec<bool>,
     stall: std::time::Duration,
-) -> (MergeStats, Vec<Option<SourceReport>>) {
+) -> MergeResult {
+    let n = rxs.len();
     let mut m = Merger::new(n);
     let mut reports: Vec<Option<SourceReport>> = (0..n).map(|_| None).collect();
     let mut out = Vec::with_capacity(batch);
