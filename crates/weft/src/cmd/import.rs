@@ -156,6 +156,7 @@ impl Outputs {
                         format!("cannot tell the format of {} from its name: give --format", path.display())
                     })?,
             };
+            anyhow::ensure!(format.can_write(), "weft cannot write {}", format.name());
             sinks.push(SinkSpec::File {
                 path: path.clone(),
                 format,
