@@ -44,6 +44,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft_model::event::TracepointEvent;
+
+use crate::pipeline::{StageError, WeaveStage};
 use weft_model::{
     Attributes, Event, EventKind, KeyValue, Resource, Scope, Span, SpanEvent, SpanId, SpanKind, TraceId,
     Value, conv,
@@ -138,6 +140,29 @@ pub struct BlkkinWeaver {
 impl Default for BlkkinWeaver {
     fn default() -> Self {
         Self::new(BlkkinOptions::default())
+    }
+}
+
+/// The weave stage of `weft import ctf`: events in any order (spans are grouped by ids);
+/// the spans closed so far leave after every batch, the rest at the end.
+impl WeaveStage for BlkkinWeaver {
+    type Item = Event;
+    type Report = BlkkinStats;
+    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
+        for e in events {
+            BlkkinWeaver::push(self, e);
+        }
+        self.drain(out);
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        let (rest, stats) = std::mem::take(self).finish();
+        out.extend(rest);
+        self.stats = stats;
+        Ok(())
+    }
+    fn into_report(self) -> BlkkinStats {
+        self.stats
     }
 }
 

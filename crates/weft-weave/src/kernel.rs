@@ -12,12 +12,15 @@
 //! spans) is an analysis over these spans and the application's: `weft_analyze::kernel`.
 //!
 //! Events → spans here is a per-thread pairing of the whole capture (the capture window clips
-//! what is still open at the end), not a pipeline stage with watermarks.
+//! what is still open at the end), not a weaver with watermarks: its pipeline stage,
+//! [`KernelStage`], keeps the capture (up to a bound) and weaves at the end of the input.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use weft_model::event::KernelEvent;
+
+use crate::pipeline::{StageError, WeaveStage};
 use weft_model::id::mix2 as mix;
 use weft_model::kernel::{
     CPU, KIND, SCOPE, SWITCH_OUT_STATE, SWITCHED_TO, SYSCALL_ARGS, SYSCALL_NR, SYSCALL_RET, UPROBE,
@@ -98,6 +101,81 @@ fn trace_id(seed: u64, pid: u32, tid: u32) -> TraceId {
     b[..8].copy_from_slice(&hi.to_be_bytes());
     b[8..].copy_from_slice(&lo.to_be_bytes());
     TraceId(b)
+}
+
+/// The weave stage of `weft record`. Kernel spans need the whole capture, so the stage keeps
+/// its events — the first `max_events`; later ones are dropped and counted — and at the end of
+/// the input sorts them by time and builds the spans ([`kernel_spans`]). The capture window
+/// runs from `capture_start_ns` (or the first event) to the end of the input (or the last
+/// event).
+#[derive(Debug)]
+pub struct KernelStage {
+    /// The options of [`kernel_spans`] (the window is set at the end; `traced` may be set by
+    /// a caller's stage before [`WeaveStage::finish`], when the capture knows its threads).
+    pub opts: KernelSpanOptions,
+    capture_start_ns: Option<u64>,
+    max_events: usize,
+    events: Vec<Event>,
+    dropped: u64,
+    stats: KernelSpanStats,
+}
+
+impl KernelStage {
+    /// A stage keeping at most `max_events` events of a capture started at `capture_start_ns`.
+    pub fn new(opts: KernelSpanOptions, capture_start_ns: Option<u64>, max_events: usize) -> KernelStage {
+        KernelStage {
+            opts,
+            capture_start_ns,
+            max_events,
+            events: Vec::new(),
+            dropped: 0,
+            stats: KernelSpanStats::default(),
+        }
+    }
+
+    /// The events kept (in time order after [`WeaveStage::finish`]).
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Events dropped over the bound.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The counters of the spans built (after [`WeaveStage::finish`]).
+    pub fn stats(&self) -> &KernelSpanStats {
+        &self.stats
+    }
+}
+
+impl WeaveStage for KernelStage {
+    type Item = Event;
+    type Report = KernelSpanStats;
+    fn push(&mut self, events: &[Event], _out: &mut Vec<Span>) -> Result<(), StageError> {
+        let room = self.max_events.saturating_sub(self.events.len());
+        let take = events.len().min(room);
+        self.dropped += (events.len() - take) as u64;
+        self.events.extend_from_slice(&events[..take]);
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        let end_ns = weft_model::time::now_unix_nanos();
+        self.events.sort_by_key(|e| e.time_ns);
+        if let Some(start_ns) = self.capture_start_ns {
+            self.opts.window = Some((
+                self.events.first().map(|e| e.time_ns.min(start_ns)).unwrap_or(start_ns),
+                self.events.last().map(|e| e.time_ns.max(end_ns)).unwrap_or(end_ns),
+            ));
+        }
+        let ks = kernel_spans(&self.events, &self.opts);
+        self.stats = ks.stats;
+        out.extend(ks.spans);
+        Ok(())
+    }
+    fn into_report(self) -> KernelSpanStats {
+        self.stats
+    }
 }
 
 /// Builds kernel spans from `events` (sorted by time; other kinds of events are ignored).

@@ -5,12 +5,15 @@
 //! online (named pipes written while the simulation runs) are the same code. It also holds the
 //! other event → span assemblies: BlkKin's LTTng events ([`blkin`]), kernel events
 //! ([`kernel`]) and weft-probe records ([`probe`], from an agent's rings or a capture file).
+//! One runtime ([`pipeline`]) runs them all — `weft weave`, `weft import` and `weft record`:
 //!
 //! ```text
-//!  source threads (one per log)           merge thread            weave thread          sink threads
-//!  read → parse → filter → symbolize ──▶  k-way merge by time ──▶ host/NIC/network  ──▶ files, OTLP/HTTP
-//!  (bounded channels of Vec<Event>)       advanced by per-source   weavers + cross-
-//!                                         watermarks               component queues
+//!  source threads                         merge thread            weave thread          sink threads
+//!  simulator logs: read → parse → ──▶     k-way merge by time ──▶ one stage: simulator  ──▶ files, OTLP/HTTP,
+//!    filter → symbolize                   (per-source watermarks)  weavers, BlkKin,         memory, a caller's
+//!  CTF streams, capture files,            or arrival order         kernel, probe records    (the store)
+//!    a kernel capture
+//!  (bounded channels of batches)
 //! ```
 //!
 //! * [`topology`]: the experiment as a TOML file — sources, links, filters, sinks.
@@ -20,17 +23,21 @@
 //! * [`weaver`]: the weavers (host, NIC, network), the cross-component queues, and the
 //!   [`weaver::Weave`] stage that owns them.
 //! * [`assemble`]: span ids, parent-first export and trace-id resolution.
-//! * [`pipeline`]: the threads and bounded channels; [`pipeline::Run`] with live counters
+//! * [`pipeline`]: the threads and bounded channels; sources ([`pipeline::EventSource`]) and
+//!   weave stages ([`pipeline::WeaveStage`]) plug in; [`pipeline::Run`] with live counters
 //!   and the final [`pipeline::RunReport`].
-//! * [`sink`]: span sinks — files (OTLP JSON, Zipkin JSON, Chrome trace, ...) and OTLP/HTTP.
+//! * [`sink`]: span sinks — files (OTLP JSON, Zipkin JSON, Chrome trace, ...), OTLP/HTTP,
+//!   memory, and a caller's own ([`sink::SpanSink`]).
 //! * [`export`]: the OTLP/HTTP client and retry policy every weft sender uses (this crate's
 //!   OTLP sink, the agent's shipping, `weft import --server`, `weft loadgen`).
 //! * [`render`]: a compact text rendering of woven traces (trees with names, components,
 //!   durations and links) used by golden tests and `weft weave --tree`.
-//! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans.
-//! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans.
-//! * [`probe`]: weft-probe records → application spans (the agent's drain and `weft import`
-//!   of an in-process capture file).
+//! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans;
+//!   the weaver is `weft import ctf`'s stage.
+//! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans;
+//!   [`kernel::KernelStage`] keeps the whole capture (bounded) and weaves at its end.
+//! * [`probe`]: weft-probe records → application spans (the agent's drain, and `weft import
+//!   probe`'s capture-file source and stage).
 //!
 //! # Span conventions
 //!

@@ -1,5 +1,7 @@
-//! The running pipeline: one thread per source (read → parse → actors), the merge thread, the
-//! weave thread, one thread per sink, connected by bounded channels of batches.
+//! The running pipeline: one thread per source, the merge thread, the weave thread, one thread
+//! per sink, connected by bounded channels of batches. Every command that turns events into
+//! spans runs on it: `weft weave` (simulator logs), `weft import` (CTF, weft-probe captures)
+//! and `weft record` (a perf_event capture).
 //!
 //! ```text
 //! source 0 ──(bounded: queue_batches × Vec<Event>)──┐
@@ -7,15 +9,31 @@
 //! source 2 ──────────────────────────────────────────┘
 //! ```
 //!
-//! Memory is bounded by the batch sizes and queue lengths, the merge's buffer bound, the
-//! weavers' bounds and the assembler's bounds — never by the input's size. Sources may be
-//! named pipes that simulators write while they run (online mode): nothing is persisted, a
-//! FIFO is opened when its writer opens it, and backpressure reaches the writers.
+//! The parts are open:
 //!
-//! [`Run::start`] starts everything and returns at once; its per-source [`SourceProgress`]
-//! counters can be read while it runs; [`Run::wait`] returns the [`RunReport`].
+//! * an [`EventSource`] produces batches of events on its own thread — a simulator log (the
+//!   sources of a [`Topology`]), a CTF trace's streams, weft-probe capture files, a kernel
+//!   capture — and publishes its progress in a [`SourceProgress`];
+//! * the merge orders the sources' batches ([`Order::Time`]: the k-way merge of
+//!   [`crate::merge`], for weavers that need one timeline) or passes them on as they arrive
+//!   ([`Order::Arrival`], for weavers that group by ids);
+//! * a [`WeaveStage`] turns the events into spans on the weave thread: the simulator weavers
+//!   ([`Weave`]), BlkKin's ([`crate::blkin::BlkkinWeaver`]), the kernel weaver
+//!   ([`crate::kernel::KernelStage`]), or a caller's stage wrapping one of them;
+//! * the sinks are [`SinkSpec`]s, a caller's own included ([`SinkSpec::Custom`]).
+//!
+//! Memory is bounded by the batch sizes and queue lengths, the merge's buffer bound, the
+//! weavers' bounds and the assembler's bounds — never by the input's size — except for a stage
+//! that needs its whole input (the kernel weaver: it keeps the capture, up to its own bound).
+//! Sources may be named pipes that simulators write while they run (online mode): nothing is
+//! persisted, a FIFO is opened when its writer opens it, and backpressure reaches the writers.
+//!
+//! [`Run::start`] (a topology) and [`Run::with`] (any sources and stage) start everything and
+//! return at once; the per-source [`SourceProgress`] counters can be read while it runs;
+//! [`Run::wait`] returns the [`RunReport`].
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -23,13 +41,14 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{Receiver, Select, Sender, bounded};
 use weft_model::{Event, SourceId, Span};
 use weft_sources::drive::{Driver, LiveCounters, SourceStats};
+use weft_sources::parse::LineParser;
 use weft_sources::reader::{InputKind, LineReader, open_input};
 use weft_sources::sim::parser_for;
 
 use crate::actor::{ActorStats, Actors};
 use crate::merge::{MergeStats, Merger};
 use crate::sink::{SinkError, SinkHandle, SinkReport, SinkSpec};
-use crate::topology::{Topology, TopologyError};
+use crate::topology::{RunSpec, SourceSpec, Topology, TopologyError};
 use crate::weaver::{ConfigError, Weave, WeaveStats};
 
 /// Why a run could not start or finish.
@@ -44,10 +63,16 @@ pub enum WeaveError {
     /// A sink failed.
     #[error(transparent)]
     Sink(#[from] SinkError),
+    /// The weave stage failed (it stopped the run).
+    #[error("{0}")]
+    Stage(StageError),
     /// A pipeline thread could not be started or died.
     #[error("pipeline: {0}")]
     Thread(String),
 }
+
+/// A weave stage's failure (a caller's stage writing events somewhere, ...).
+pub type StageError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a source is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,18 +90,29 @@ pub enum SourceState {
 pub struct SourceProgress {
     /// Component name.
     pub name: String,
-    /// File or FIFO.
+    /// File, FIFO or directory.
     pub path: PathBuf,
-    /// Bytes, lines, events, rejected lines.
+    /// Bytes, lines (or records), events, rejected lines (or corrupt records).
     pub counters: Arc<LiveCounters>,
-    /// Spans woven from this source's events.
+    /// Spans woven from this source's events (when the stage counts them per source).
     pub spans: AtomicU64,
-    /// The file's length (0 for a stream or before it is opened).
+    /// The input's length (0 for a stream or before it is opened).
     pub total_bytes: AtomicU64,
     state: AtomicU8,
 }
 
 impl SourceProgress {
+    fn new(name: &str, path: &Path) -> SourceProgress {
+        SourceProgress {
+            name: name.to_owned(),
+            path: path.to_path_buf(),
+            counters: Arc::default(),
+            spans: AtomicU64::new(0),
+            total_bytes: AtomicU64::new(0),
+            state: AtomicU8::new(0),
+        }
+    }
+
     /// What the source is doing.
     pub fn state(&self) -> SourceState {
         match self.state.load(Ordering::Relaxed) {
@@ -94,9 +130,10 @@ pub struct SourceReport {
     pub name: String,
     /// File or FIFO.
     pub path: PathBuf,
-    /// Read/parse statistics (rejects with line numbers, skips per reason, order fixes).
+    /// Read/parse statistics (rejects with line numbers, skips per reason, order fixes) of a
+    /// simulator log; empty for other sources.
     pub stats: SourceStats,
-    /// Actor statistics (symbolized, dropped per reason).
+    /// Actor statistics (symbolized, dropped per reason) of a simulator log.
     pub actors: ActorStats,
     /// Spans woven from its events.
     pub spans: u64,
@@ -106,37 +143,159 @@ pub struct SourceReport {
     pub error: Option<String>,
 }
 
-/// Everything a run did.
+/// Everything a run did; `R` is the weave stage's report ([`WeaveStats`] for simulator logs).
 #[derive(Debug, Clone)]
-pub struct RunReport {
-    /// Per source, in topology order.
+pub struct RunReport<R = WeaveStats> {
+    /// Per source, in the order given.
     pub sources: Vec<SourceReport>,
     /// The merge.
     pub merge: MergeStats,
-    /// The weave (events and spans per type, unmatched causes, anomalies).
-    pub weave: WeaveStats,
+    /// The weave (for simulator logs: events and spans per type, unmatched causes, anomalies).
+    pub weave: R,
     /// Per sink.
     pub sinks: Vec<SinkReport>,
     /// Spans produced.
     pub spans: u64,
 }
 
-enum Msg {
-    Events(Vec<Event>),
+/// A producer of events (`T`: [`Event`]s, or what a stage takes instead, e.g. whole capture
+/// files), run on its own thread: a simulator log, a CTF trace's streams, weft-probe capture
+/// files, a kernel capture. Its batches are in time order when the run merges by time
+/// ([`Order::Time`]).
+pub trait EventSource<T = Event>: Send {
+    /// Component name (progress, report).
+    fn name(&self) -> &str;
+    /// What it reads (progress, report).
+    fn path(&self) -> &Path;
+    /// True for a stream that may stall while the others go on (a FIFO): at its buffer bound
+    /// the time merge may pass it over. Files and captures are not streams.
+    fn is_stream(&self) -> bool {
+        false
+    }
+    /// The input's size in bytes when known before it is opened (0: unknown, or set by
+    /// [`EventSource::open`]).
+    fn total_bytes(&self) -> u64 {
+        0
+    }
+    /// Opens the input (a FIFO blocks here until its writer appears); sets
+    /// [`SourceProgress::total_bytes`] when the size is known. The default does nothing.
+    fn open(&mut self, progress: &SourceProgress) -> Result<(), String> {
+        let _ = progress;
+        Ok(())
+    }
+    /// Appends the next events to `batch` and updates `progress`'s counters; `Ok(false)` at the
+    /// end of the input. An error ends the source (the run goes on without it; its report
+    /// carries the message).
+    fn next_batch(&mut self, batch: &mut Vec<T>, progress: &SourceProgress) -> Result<bool, String>;
+    /// At the end: fills in what the source knows of its report.
+    fn finish(self: Box<Self>, report: &mut SourceReport) {
+        let _ = report;
+    }
+}
+
+/// Events → spans on the weave thread: the simulator weavers ([`Weave`]), BlkKin's, the kernel
+/// weaver, or a caller's stage around one of them.
+pub trait WeaveStage: Send {
+    /// What its sources produce ([`Event`] but for stages that need another unit).
+    type Item: Send + 'static;
+    /// What the stage reports at the end.
+    type Report: Send + 'static;
+    /// Takes one batch (in the run's [`Order`]), appending the spans it finished to `out`. An
+    /// error stops the run ([`WeaveError::Stage`]).
+    fn push(&mut self, items: &[Self::Item], out: &mut Vec<Span>) -> Result<(), StageError>;
+    /// End of input: appends every span still held.
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError>;
+    /// Spans per source index so far (empty: not counted per source).
+    fn spans_by_source(&self) -> &[u64] {
+        &[]
+    }
+    /// The stage's report.
+    fn into_report(self) -> Self::Report;
+}
+
+impl WeaveStage for Weave {
+    type Item = Event;
+    type Report = WeaveStats;
+    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
+        for e in events {
+            Weave::push(self, e, out);
+        }
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        Weave::finish(self, out);
+        Ok(())
+    }
+    fn spans_by_source(&self) -> &[u64] {
+        Weave::spans_by_source(self)
+    }
+    fn into_report(self) -> WeaveStats {
+        self.stats().clone()
+    }
+}
+
+/// How the merge thread passes the sources' batches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// One timeline: the k-way merge by time ([`crate::merge`]).
+    Time,
+    /// As they arrive (a stage that groups by ids, or a single source).
+    Arrival,
+}
+
+/// Batch sizes, queue lengths and the merge's settings of a run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Events per batch from the merge; spans per batch to the sinks.
+    pub batch_events: usize,
+    /// Batches a source may queue ahead of the merge (and the merge ahead of the weave).
+    pub queue_batches: usize,
+    /// Events the time merge buffers while waiting for a slow source.
+    pub merge_buffer_events: usize,
+    /// How long (ms) the time merge, at its bound, waits for a silent stream.
+    pub merge_stall_ms: u64,
+    /// How the merge orders batches.
+    pub order: Order,
+}
+
+impl RunOptions {
+    /// A topology's settings (time order).
+    pub fn from_spec(run: &RunSpec) -> RunOptions {
+        RunOptions {
+            batch_events: run.batch_events,
+            queue_batches: run.queue_batches,
+            merge_buffer_events: run.merge_buffer_events,
+            merge_stall_ms: run.merge_stall_ms,
+            order: Order::Time,
+        }
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions::from_spec(&RunSpec::default())
+    }
+}
+
+enum Msg<T> {
+    Events(Vec<T>),
     End(Box<SourceReport>),
 }
 
-/// A running pipeline (see the module docs).
-pub struct Run {
+type MergeResult = (MergeStats, Vec<Option<SourceReport>>);
+
+type WeaveResult<R> = Result<(R, Vec<u64>, u64), StageError>;
+
+/// A running pipeline (see the module docs); `W` is its weave stage.
+pub struct Run<W: WeaveStage = Weave> {
     progress: Vec<Arc<SourceProgress>>,
     sources: Vec<JoinHandle<()>>,
-    merge: Option<JoinHandle<(MergeStats, Vec<Option<SourceReport>>)>>,
-    weave: Option<JoinHandle<(WeaveStats, u64)>>,
+    merge: Option<JoinHandle<MergeResult>>,
+    weave: Option<JoinHandle<WeaveResult<W::Report>>>,
     sinks: Arc<Vec<SinkHandle>>,
     spans: Arc<AtomicU64>,
 }
 
-/// Events per message from a source, at most (a driver step is ~256 KiB of input).
 fn spawn<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
@@ -147,11 +306,12 @@ fn spawn<T: Send + 'static>(
         .map_err(|e| WeaveError::Thread(format!("spawn {name}: {e}")))
 }
 
-impl Run {
-    /// Starts a run of `topo`, writing to its sinks plus `extra_sinks`.
+impl Run<Weave> {
+    /// Starts a run of `topo` (its simulator logs, the simulator weavers), writing to its
+    /// sinks plus `extra_sinks`.
     pub fn start(topo: &Topology, extra_sinks: Vec<SinkSpec>) -> Result<Run, WeaveError> {
         let cfg = topo.weave_config();
-        let mut weave = Weave::new(&cfg).map_err(|e| WeaveError::Config(e, topo.file.clone()))?;
+        let weave = Weave::new(&cfg).map_err(|e| WeaveError::Config(e, topo.file.clone()))?;
         // Everything that can fail up front: symbol tables, sinks.
         let mut symbols = Vec::new();
         for i in 0..topo.sources.len() {
@@ -167,49 +327,80 @@ impl Run {
                 .into());
             }
         }
-        let mut sinks = Vec::new();
-        for s in topo.sinks.iter().cloned().chain(extra_sinks) {
-            sinks.push(SinkHandle::start(s)?);
-        }
-        let sinks = Arc::new(sinks);
-        let n = topo.sources.len();
-        let run = topo.run.clone();
-        let mut progress = Vec::new();
-        let mut rxs = Vec::new();
-        let mut threads = Vec::new();
+        let mut sources: Vec<Box<dyn EventSource>> = Vec::new();
         for (i, (s, sym)) in topo.sources.iter().zip(symbols).enumerate() {
-            let p = Arc::new(SourceProgress {
-                name: s.name.clone(),
-                path: s.path.clone(),
-                counters: Arc::default(),
-                spans: AtomicU64::new(0),
-                total_bytes: AtomicU64::new(0),
-                state: AtomicU8::new(0),
-            });
-            progress.push(p.clone());
-            let (tx, rx) = bounded::<Msg>(run.queue_batches);
-            rxs.push(rx);
             let nodes = match &s.role {
                 crate::weaver::Role::Network { nodes } => nodes.clone(),
                 _ => Default::default(),
             };
             let actors = Actors::new(&s.name, &nodes, sym.as_ref(), &topo.filter);
-            let spec = s.clone();
-            threads.push(spawn(&format!("weft-src-{}", s.name), move || {
-                source_thread(i, spec, actors, p, tx);
-            })?);
+            sources.push(Box::new(LogSource::new(i, s.clone(), actors)));
         }
-        let (mtx, mrx) = bounded::<Vec<Event>>(run.queue_batches);
-        // Regular files never force the merge; anything else (FIFOs) may.
-        let streams: Vec<bool> =
-            topo.sources.iter().map(|s| !std::fs::metadata(&s.path).is_ok_and(|m| m.is_file())).collect();
-        let batch = run.batch_events;
-        let cap = run.merge_buffer_events;
-        let stall = std::time::Duration::from_millis(run.merge_stall_ms.max(1));
-        let merge = spawn("weft-merge", move || merge_thread(n, rxs, mtx, batch, cap, streams, stall))?;
+        let sinks = topo.sinks.iter().cloned().chain(extra_sinks).collect();
+        Run::with(sources, weave, sinks, RunOptions::from_spec(&topo.run))
+    }
+}
+
+impl<W: WeaveStage<Item = Event> + 'static> Run<W> {
+    /// Starts a run of event `sources` through `stage` into `sinks`, in `opts.order`.
+    pub fn with(
+        sources: Vec<Box<dyn EventSource>>,
+        stage: W,
+        sinks: Vec<SinkSpec>,
+        opts: RunOptions,
+    ) -> Result<Run<W>, WeaveError> {
+        let streams: Vec<bool> = sources.iter().map(|s| s.is_stream()).collect();
+        let (batch, cap) = (opts.batch_events, opts.merge_buffer_events);
+        let stall = std::time::Duration::from_millis(opts.merge_stall_ms.max(1));
+        let order = opts.order;
+        Run::launch(sources, stage, sinks, &opts, move |rxs, tx| match order {
+            Order::Time => merge_thread(rxs, tx, batch, cap, streams, stall),
+            Order::Arrival => arrival_thread(rxs, tx),
+        })
+    }
+}
+
+impl<W: WeaveStage + 'static> Run<W> {
+    /// Starts a run of `sources` producing the stage's own items (whole capture files, ...)
+    /// through `stage` into `sinks`; their batches are passed on as they arrive.
+    pub fn with_items(
+        sources: Vec<Box<dyn EventSource<W::Item>>>,
+        stage: W,
+        sinks: Vec<SinkSpec>,
+        opts: RunOptions,
+    ) -> Result<Run<W>, WeaveError> {
+        Run::launch(sources, stage, sinks, &opts, arrival_thread)
+    }
+
+    fn launch(
+        sources: Vec<Box<dyn EventSource<W::Item>>>,
+        mut stage: W,
+        sinks: Vec<SinkSpec>,
+        opts: &RunOptions,
+        merge: impl FnOnce(Vec<Receiver<Msg<W::Item>>>, Sender<Vec<W::Item>>) -> MergeResult + Send + 'static,
+    ) -> Result<Run<W>, WeaveError> {
+        let mut handles = Vec::new();
+        for s in sinks {
+            handles.push(SinkHandle::start(s)?);
+        }
+        let sinks = Arc::new(handles);
+        let mut progress = Vec::new();
+        let mut rxs = Vec::new();
+        let mut threads = Vec::new();
+        for src in sources {
+            let p = Arc::new(SourceProgress::new(src.name(), src.path()));
+            p.total_bytes.store(src.total_bytes(), Ordering::Relaxed);
+            progress.push(p.clone());
+            let (tx, rx) = bounded::<Msg<W::Item>>(opts.queue_batches);
+            rxs.push(rx);
+            threads.push(spawn(&format!("weft-src-{}", src.name()), move || source_thread(src, p, tx))?);
+        }
+        let (mtx, mrx) = bounded::<Vec<W::Item>>(opts.queue_batches);
+        let batch = opts.batch_events;
+        let merge = spawn("weft-merge", move || merge(rxs, mtx))?;
         let spans = Arc::new(AtomicU64::new(0));
         let (sp, prog, sk) = (spans.clone(), progress.clone(), sinks.clone());
-        let weave = spawn("weft-weave", move || {
+        let weave = spawn("weft-weave", move || -> WeaveResult<W::Report> {
             let mut out = Vec::new();
             let mut total = 0u64;
             let flush = |out: &mut Vec<Span>, total: &mut u64| {
@@ -223,23 +414,24 @@ impl Run {
                     s.send(&b);
                 }
             };
-            for events in mrx {
-                for e in &events {
-                    weave.push(e, &mut out);
-                }
-                for (p, c) in prog.iter().zip(weave.spans_by_source()) {
+            let per_source = |stage: &W| {
+                for (p, c) in prog.iter().zip(stage.spans_by_source()) {
                     p.spans.store(*c, Ordering::Relaxed);
                 }
+            };
+            for events in mrx {
+                // On an error the receiver drops: the merge and the sources stop.
+                stage.push(&events, &mut out)?;
+                per_source(&stage);
                 if out.len() >= batch {
                     flush(&mut out, &mut total);
                 }
             }
-            weave.finish(&mut out);
-            for (p, c) in prog.iter().zip(weave.spans_by_source()) {
-                p.spans.store(*c, Ordering::Relaxed);
-            }
+            stage.finish(&mut out)?;
+            per_source(&stage);
             flush(&mut out, &mut total);
-            (weave.stats().clone(), total)
+            let by_source = stage.spans_by_source().to_vec();
+            Ok((stage.into_report(), by_source, total))
         })?;
         Ok(Run { progress, sources: threads, merge: Some(merge), weave: Some(weave), sinks, spans })
     }
@@ -265,7 +457,7 @@ impl Run {
     }
 
     /// Waits for the end and returns the report.
-    pub fn wait(mut self) -> Result<RunReport, WeaveError> {
+    pub fn wait(mut self) -> Result<RunReport<W::Report>, WeaveError> {
         for t in self.sources.drain(..) {
             t.join().map_err(|_| WeaveError::Thread("a source thread panicked".into()))?;
         }
@@ -275,7 +467,7 @@ impl Run {
             .ok_or_else(|| WeaveError::Thread("no merge thread".into()))?
             .join()
             .map_err(|_| WeaveError::Thread("the merge thread panicked".into()))?;
-        let (weave, spans) = self
+        let woven = self
             .weave
             .take()
             .ok_or_else(|| WeaveError::Thread("no weave thread".into()))?
@@ -287,20 +479,16 @@ impl Run {
         for h in handles {
             sinks.push(h.finish()?);
         }
+        let (weave, by_source, spans) = woven.map_err(WeaveError::Stage)?;
         let sources = reports
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
                 let mut r = r.unwrap_or_else(|| SourceReport {
-                    name: self.progress[i].name.clone(),
-                    path: self.progress[i].path.clone(),
-                    stats: SourceStats::default(),
-                    actors: ActorStats::default(),
-                    spans: 0,
-                    stream: false,
                     error: Some("the source thread ended without a report".into()),
+                    ..empty_report(&self.progress[i])
                 });
-                r.spans = weave.spans_by_source.get(i).copied().unwrap_or(0);
+                r.spans = by_source.get(i).copied().unwrap_or(0);
                 r
             })
             .collect();
@@ -308,64 +496,33 @@ impl Run {
     }
 }
 
-fn source_thread(
-    i: usize,
-    spec: crate::topology::SourceSpec,
-    mut actors: Actors,
-    p: Arc<SourceProgress>,
-    tx: Sender<Msg>,
-) {
-    let mut report = SourceReport {
-        name: spec.name.clone(),
-        path: spec.path.clone(),
+fn empty_report(p: &SourceProgress) -> SourceReport {
+    SourceReport {
+        name: p.name.clone(),
+        path: p.path.clone(),
         stats: SourceStats::default(),
         actors: ActorStats::default(),
         spans: 0,
         stream: false,
         error: None,
-    };
-    match open_input(&spec.path) {
-        Err(e) => report.error = Some(e.to_string()),
-        Ok(input) => {
-            report.stream = input.kind == InputKind::Stream;
-            if let InputKind::File { len } = input.kind {
-                p.total_bytes.store(len, Ordering::Relaxed);
-            }
+    }
+}
+
+fn source_thread<T>(mut src: Box<dyn EventSource<T>>, p: Arc<SourceProgress>, tx: Sender<Msg<T>>) {
+    let mut report = empty_report(&p);
+    match src.open(&p) {
+        Err(e) => report.error = Some(e),
+        Ok(()) => {
             p.state.store(1, Ordering::Relaxed);
-            let parser = parser_for(spec.format, SourceId(i as u32), spec.clock);
-            let mut d = Driver::new(LineReader::new(input.file), parser, 5);
-            // Share the driver's counters with the progress display.
-            let counters = d.counters().clone();
-            let mut last = (0u64, 0u64, 0u64, 0u64);
-            // Each batch starts with the room the previous one needed (no regrowing per step).
-            let mut room = 0usize;
             loop {
-                let mut batch = Vec::with_capacity(room);
-                let more = match d.step(&mut batch) {
+                let mut batch = Vec::new();
+                let more = match src.next_batch(&mut batch, &p) {
                     Ok(m) => m,
                     Err(e) => {
-                        report.error = Some(format!("{}: read: {e}", spec.path.display()));
+                        report.error = Some(e);
                         false
                     }
                 };
-                let now = (
-                    counters.bytes.load(Ordering::Relaxed),
-                    counters.lines.load(Ordering::Relaxed),
-                    counters.events.load(Ordering::Relaxed),
-                    counters.rejected.load(Ordering::Relaxed),
-                );
-                p.counters.bytes.store(now.0, Ordering::Relaxed);
-                p.counters.lines.fetch_add(now.1 - last.1, Ordering::Relaxed);
-                p.counters.events.fetch_add(now.2 - last.2, Ordering::Relaxed);
-                p.counters.rejected.fetch_add(now.3 - last.3, Ordering::Relaxed);
-                last = now;
-                room = room.max(batch.len());
-                actors.apply(&mut batch);
-                // Filters may leave a fraction (gem5: the function entries among the
-                // instructions): queued batches hold no more memory than their events need.
-                if batch.capacity() > 2 * batch.len() + 64 {
-                    batch.shrink_to_fit();
-                }
                 if !batch.is_empty() && tx.send(Msg::Events(batch)).is_err() {
                     report.error = Some("the merge stopped".into());
                     break;
@@ -374,23 +531,140 @@ fn source_thread(
                     break;
                 }
             }
-            report.stats = d.into_stats();
         }
     }
-    report.actors = actors.stats().clone();
+    src.finish(&mut report);
     p.state.store(2, Ordering::Relaxed);
     let _ = tx.send(Msg::End(Box::new(report)));
 }
 
+/// A simulator log of a topology: read → parse → actors (filters, symbolizer).
+struct LogSource {
+    index: usize,
+    spec: SourceSpec,
+    actors: Actors,
+    stream: bool,
+    driver: Option<Driver<File, Box<dyn LineParser>>>,
+    /// The driver's counters last published (bytes, lines, events, rejected).
+    last: (u64, u64, u64, u64),
+    /// Each batch starts with the room the previous one needed (no regrowing per step).
+    room: usize,
+    input_stream: bool,
+}
+
+impl LogSource {
+    fn new(index: usize, spec: SourceSpec, actors: Actors) -> LogSource {
+        // Regular files never force the merge; anything else (FIFOs) may.
+        let stream = !std::fs::metadata(&spec.path).is_ok_and(|m| m.is_file());
+        LogSource {
+            index,
+            spec,
+            actors,
+            stream,
+            driver: None,
+            last: (0, 0, 0, 0),
+            room: 0,
+            input_stream: false,
+        }
+    }
+}
+
+impl EventSource for LogSource {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+    fn path(&self) -> &Path {
+        &self.spec.path
+    }
+    fn is_stream(&self) -> bool {
+        self.stream
+    }
+    fn open(&mut self, p: &SourceProgress) -> Result<(), String> {
+        let input = open_input(&self.spec.path).map_err(|e| e.to_string())?;
+        self.input_stream = input.kind == InputKind::Stream;
+        if let InputKind::File { len } = input.kind {
+            p.total_bytes.store(len, Ordering::Relaxed);
+        }
+        let parser = parser_for(self.spec.format, SourceId(self.index as u32), self.spec.clock);
+        self.driver = Some(Driver::new(LineReader::new(input.file), parser, 5));
+        Ok(())
+    }
+    fn next_batch(&mut self, batch: &mut Vec<Event>, p: &SourceProgress) -> Result<bool, String> {
+        let Some(d) = self.driver.as_mut() else { return Ok(false) };
+        batch.reserve(self.room);
+        let step = d.step(batch);
+        // Share the driver's counters with the progress display.
+        let c = d.counters();
+        let now = (
+            c.bytes.load(Ordering::Relaxed),
+            c.lines.load(Ordering::Relaxed),
+            c.events.load(Ordering::Relaxed),
+            c.rejected.load(Ordering::Relaxed),
+        );
+        p.counters.bytes.store(now.0, Ordering::Relaxed);
+        p.counters.lines.fetch_add(now.1 - self.last.1, Ordering::Relaxed);
+        p.counters.events.fetch_add(now.2 - self.last.2, Ordering::Relaxed);
+        p.counters.rejected.fetch_add(now.3 - self.last.3, Ordering::Relaxed);
+        self.last = now;
+        self.room = self.room.max(batch.len());
+        self.actors.apply(batch);
+        // Filters may leave a fraction (gem5: the function entries among the instructions):
+        // queued batches hold no more memory than their events need.
+        if batch.capacity() > 2 * batch.len() + 64 {
+            batch.shrink_to_fit();
+        }
+        step.map_err(|e| format!("{}: read: {e}", self.spec.path.display()))
+    }
+    fn finish(self: Box<Self>, report: &mut SourceReport) {
+        report.stream = self.input_stream;
+        if let Some(d) = self.driver {
+            report.stats = d.into_stats();
+        }
+        report.actors = self.actors.stats().clone();
+    }
+}
+
+/// Passes batches on as they arrive (no ordering across sources).
+fn arrival_thread<T>(rxs: Vec<Receiver<Msg<T>>>, out_tx: Sender<Vec<T>>) -> MergeResult {
+    let mut reports: Vec<Option<SourceReport>> = (0..rxs.len()).map(|_| None).collect();
+    let mut open: Vec<usize> = (0..rxs.len()).collect();
+    let mut stats = MergeStats::default();
+    while !open.is_empty() {
+        let mut sel = Select::new();
+        for &i in &open {
+            sel.recv(&rxs[i]);
+        }
+        let op = sel.select();
+        let k = op.index();
+        let i = open[k];
+        match op.recv(&rxs[i]) {
+            Ok(Msg::Events(v)) => {
+                stats.events += v.len() as u64;
+                if out_tx.send(v).is_err() {
+                    break;
+                }
+            }
+            Ok(Msg::End(r)) => {
+                reports[i] = Some(*r);
+                open.remove(k);
+            }
+            Err(_) => {
+                open.remove(k);
+            }
+        }
+    }
+    (stats, reports)
+}
+
 fn merge_thread(
-    n: usize,
-    rxs: Vec<Receiver<Msg>>,
+    rxs: Vec<Receiver<Msg<Event>>>,
     out_tx: Sender<Vec<Event>>,
     batch: usize,
     cap: usize,
     stream: Vec<bool>,
     stall: std::time::Duration,
-) -> (MergeStats, Vec<Option<SourceReport>>) {
+) -> MergeResult {
+    let n = rxs.len();
     let mut m = Merger::new(n);
     let mut reports: Vec<Option<SourceReport>> = (0..n).map(|_| None).collect();
     let mut out = Vec::with_capacity(batch);

@@ -1,8 +1,9 @@
 //! weft-probe records → [`weft_model::Span`]s.
 //!
 //! One [`Assembler`] per process: the agent keeps one per attached segment and feeds it the
-//! records it drains; [`capture_spans`] feeds it a whole in-process capture file
-//! (`weft_probe::capture`). A span is built from its records — `SPAN_START`,
+//! records it drains; [`assemble_capture`] feeds it a whole in-process capture file
+//! (`weft_probe::capture`), and on the pipeline ([`crate::pipeline`]) [`CaptureFiles`] reads
+//! capture files for [`ProbeStage`], which assembles them on the weave thread. A span is built from its records — `SPAN_START`,
 //! annotations, key/value annotations, the endpoint, events recorded while it was current, and
 //! `SPAN_END` — and emitted when both ends are seen.
 //!
@@ -54,6 +55,8 @@ use weft_probe::capture::Capture;
 use weft_probe::clock::Calibration;
 use weft_probe::consumer::{Field, FieldName, FieldValue, Record, RecordKind};
 use weft_probe::layout::CLOCK_TSC;
+
+use crate::pipeline::{EventSource, SourceProgress, StageError, WeaveStage};
 
 /// Attribute set on spans built from a standalone tracepoint event.
 pub const PROBE_EVENT: &str = "weft.probe.event";
@@ -901,5 +904,127 @@ fn record_event(rec: &Record<'_>, time_ns: u64, tps: &TpTable, pid: u32, source:
             tid: Some(rec.tid),
             fields,
         }),
+    }
+}
+
+/// A weft-probe capture file, read whole: what [`CaptureFiles`] produces and [`ProbeStage`]
+/// assembles.
+#[derive(Debug)]
+pub struct CaptureFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Its chunks.
+    pub capture: Capture,
+}
+
+/// A pipeline source of capture files, read one at a time (a batch is one file: with a queue
+/// of one batch, at most a few captures are in memory at once).
+#[derive(Debug)]
+pub struct CaptureFiles {
+    name: String,
+    path: PathBuf,
+    files: VecDeque<PathBuf>,
+}
+
+impl CaptureFiles {
+    /// The captures `files`, found at `path` (a file or directory, for progress), named `name`.
+    pub fn new(name: &str, path: &Path, files: Vec<PathBuf>) -> CaptureFiles {
+        CaptureFiles { name: name.to_owned(), path: path.to_path_buf(), files: files.into() }
+    }
+}
+
+impl EventSource<CaptureFile> for CaptureFiles {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn open(&mut self, progress: &SourceProgress) -> Result<(), String> {
+        let total = self.files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+        progress.total_bytes.store(total, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn next_batch(
+        &mut self,
+        batch: &mut Vec<CaptureFile>,
+        progress: &SourceProgress,
+    ) -> Result<bool, String> {
+        let Some(path) = self.files.pop_front() else { return Ok(false) };
+        let capture = Capture::read(&path).map_err(|e| e.to_string())?;
+        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
+        progress.counters.bytes.fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        batch.push(CaptureFile { path, capture });
+        Ok(!self.files.is_empty())
+    }
+}
+
+/// What [`ProbeStage`] did with one capture file.
+#[derive(Debug, Clone)]
+pub struct CaptureReport {
+    /// The file.
+    pub path: PathBuf,
+    /// The process's service.
+    pub service: String,
+    /// The process's pid.
+    pub pid: u32,
+    /// Tracepoints registered.
+    pub tracepoints: usize,
+    /// Records, errors, the assembler's counters.
+    pub stats: CaptureStats,
+}
+
+/// Where [`ProbeStage`] hands the records as events ([`CaptureOptions::events`]).
+pub type EventTap = Box<dyn FnMut(&[Event]) -> Result<(), StageError> + Send>;
+
+/// The weave stage of `weft import probe`: assembles every capture file it gets
+/// ([`assemble_capture`]); the records as events go to the tap, if any.
+pub struct ProbeStage {
+    opts: CaptureOptions,
+    tap: Option<EventTap>,
+    reports: Vec<CaptureReport>,
+}
+
+impl ProbeStage {
+    /// A stage assembling with `opts`; with `tap` (and [`CaptureOptions::events`]) the records
+    /// as events go to it.
+    pub fn new(opts: CaptureOptions, tap: Option<EventTap>) -> ProbeStage {
+        ProbeStage { opts, tap, reports: Vec::new() }
+    }
+}
+
+impl WeaveStage for ProbeStage {
+    type Item = CaptureFile;
+    type Report = Vec<CaptureReport>;
+    fn push(&mut self, files: &[CaptureFile], out: &mut Vec<Span>) -> Result<(), StageError> {
+        for f in files {
+            let tap = &mut self.tap;
+            let stats = assemble_capture(
+                &f.capture,
+                &f.path,
+                &self.opts,
+                |events, spans| -> Result<(), StageError> {
+                    if let Some(tap) = tap.as_mut() {
+                        tap(events)?;
+                    }
+                    out.append(spans);
+                    Ok(())
+                },
+            )?;
+            self.reports.push(CaptureReport {
+                path: f.path.clone(),
+                service: f.capture.service.clone(),
+                pid: f.capture.pid,
+                tracepoints: f.capture.tracepoints.len(),
+                stats,
+            });
+        }
+        Ok(())
+    }
+    fn finish(&mut self, _out: &mut Vec<Span>) -> Result<(), StageError> {
+        Ok(())
+    }
+    fn into_report(self) -> Vec<CaptureReport> {
+        self.reports
     }
 }

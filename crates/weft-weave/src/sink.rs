@@ -1,5 +1,6 @@
 //! Span sinks: trace files (any format weft writes, streamed through
-//! [`weft_model::codec::stream`] writers), OTLP/HTTP to any collector, and memory.
+//! [`weft_model::codec::stream`] writers), OTLP/HTTP to any collector, memory, and a caller's
+//! own [`SpanSink`] ([`SinkSpec::Custom`]: the `weft` binary's data-directory sink, ...).
 //!
 //! Each sink runs on its own thread behind a bounded queue of span batches (an OTLP protobuf
 //! file sink also has up to 4 encoder threads: batches are encoded in parallel and written in
@@ -84,6 +85,38 @@ impl MemorySink {
     }
 }
 
+/// A caller's span sink, run on a sink thread like the others ([`SinkSpec::Custom`]).
+pub trait SpanSink: Send {
+    /// Takes one batch. An error ends the sink (the run's report carries it; later batches
+    /// are counted as dropped).
+    fn write(&mut self, spans: &[Span]) -> Result<(), SinkError>;
+    /// End of the run: flush.
+    fn finish(&mut self) -> Result<(), SinkError>;
+}
+
+type SharedSink = Arc<Mutex<Option<Box<dyn SpanSink>>>>;
+
+/// A [`SpanSink`] with its name; one sink thread runs it (a clone of the spec shares it: only
+/// the first start gets it).
+#[derive(Clone)]
+pub struct CustomSink {
+    name: String,
+    sink: SharedSink,
+}
+
+impl CustomSink {
+    /// `sink`, shown as `name` in reports.
+    pub fn new(name: impl Into<String>, sink: impl SpanSink + 'static) -> CustomSink {
+        CustomSink { name: name.into(), sink: Arc::new(Mutex::new(Some(Box::new(sink)))) }
+    }
+}
+
+impl std::fmt::Debug for CustomSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CustomSink").field("name", &self.name).finish()
+    }
+}
+
 /// Where spans go.
 #[derive(Debug, Clone)]
 pub enum SinkSpec {
@@ -102,6 +135,8 @@ pub enum SinkSpec {
     OtlpHttp(HttpOptions),
     /// Memory.
     Memory(MemorySink),
+    /// A caller's sink (always blocks when its queue is full).
+    Custom(CustomSink),
 }
 
 impl SinkSpec {
@@ -111,6 +146,7 @@ impl SinkSpec {
             SinkSpec::File { path, format, .. } => format!("file {} ({})", path.display(), format.cli_name()),
             SinkSpec::OtlpHttp(o) => format!("otlp-http {}", o.url),
             SinkSpec::Memory(_) => "memory".into(),
+            SinkSpec::Custom(c) => c.name.clone(),
         }
     }
 }
@@ -178,6 +214,7 @@ impl SinkHandle {
             SinkSpec::File { backpressure, queue_batches, .. } => (*backpressure, *queue_batches),
             SinkSpec::OtlpHttp(o) => (o.backpressure, o.queue_batches),
             SinkSpec::Memory(_) => (Backpressure::Block, 16),
+            SinkSpec::Custom(_) => (Backpressure::Block, 4),
         };
         let (tx, rx) = bounded::<Batch>(cap.max(1));
         let thread = match spec {
@@ -229,6 +266,28 @@ impl SinkHandle {
                     })
                     .map_err(|e| SinkError::Io {
                         path: PathBuf::from("(memory)"),
+                        op: "spawn sink thread",
+                        source: e,
+                    })?
+            }
+            SinkSpec::Custom(c) => {
+                let taken = c.sink.lock().ok().and_then(|mut s| s.take());
+                let mut sink = taken
+                    .ok_or_else(|| SinkError::Write { sink: name.clone(), msg: "started twice".into() })?;
+                let n = name.clone();
+                std::thread::Builder::new()
+                    .name("weft-sink-custom".into())
+                    .spawn(move || {
+                        let mut spans = 0;
+                        for b in rx {
+                            sink.write(&b)?;
+                            spans += b.len() as u64;
+                        }
+                        sink.finish()?;
+                        Ok(SinkReport { name: n, spans, ..SinkReport::default() })
+                    })
+                    .map_err(|e| SinkError::Io {
+                        path: PathBuf::from(&c.name),
                         op: "spawn sink thread",
                         source: e,
                     })?

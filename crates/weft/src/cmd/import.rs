@@ -21,21 +21,28 @@
 //! import with `--strict`); the summary reports them with the tracer's own losses (LTTng's
 //! discarded events and missing packets).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::sync_channel;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use weft_model::codec::stream::{Format, SpanWriter, WriterOptions, writer};
+use weft_model::codec::stream::Format;
 use weft_model::{Event, EventKind, SourceId, Span};
-use weft_probe::capture::Capture;
 use weft_sources::ctf::{CtfTrace, DecodeOptions, Merged, StreamDecoder, StreamStats, open_traces};
-use weft_store::{Store, StoreConfig, StoreError};
+use weft_store::{Store, StoreConfig};
+use weft_weave::Run;
 use weft_weave::blkin::{BlkkinStats, BlkkinWeaver};
 use weft_weave::export::{Client, ClientOptions, Jitter, Outcome, Retries, RetryPolicy, Rng};
-use weft_weave::probe::{AsmStats, CaptureOptions, CaptureStats, assemble_capture};
+use weft_weave::pipeline::{
+    EventSource, Order, RunOptions, SourceProgress, SourceReport, StageError, WeaveStage,
+};
+use weft_weave::probe::{AsmStats, CaptureFiles, CaptureOptions, CaptureReport, ProbeStage};
+use weft_weave::sink::{Backpressure, CustomSink, SinkError, SinkReport, SinkSpec, SpanSink};
+
+use super::pipeline::{StoreSink, append_retrying, sink_lines, source_errors, watch};
 
 /// Arguments of `weft import`.
 #[derive(clap::Args, Debug)]
@@ -114,13 +121,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
+/// Events per batch from a CTF source.
 const BATCH: usize = 4096;
+/// Spans per batch to the sinks (and per append to a data directory).
 const SPAN_BATCH: usize = 1000;
 
-/// Where spans go.
-enum SpanSink {
-    File(Box<dyn SpanWriter>),
-    Server(ServerSink),
+/// What [`Outputs::open`] opened.
+struct Opened {
+    sinks: Vec<SinkSpec>,
+    store: Option<Arc<Store>>,
+    tap: Arc<Mutex<EventTap>>,
 }
 
 impl Outputs {
@@ -133,12 +143,10 @@ impl Outputs {
         Ok(())
     }
 
-    /// The span sinks, the store and the events file.
-    #[allow(clippy::type_complexity)]
-    fn open(
-        &self,
-    ) -> anyhow::Result<(Vec<SpanSink>, Option<Store>, Option<std::io::BufWriter<std::fs::File>>)> {
-        let mut span_files: Vec<SpanSink> = Vec::new();
+    /// The span sinks, the store and the event tap (counts every event, writes them to the
+    /// store and the events file).
+    fn open(&self) -> anyhow::Result<Opened> {
+        let mut sinks = Vec::new();
         if let Some(path) = &self.to {
             let format = match &self.format {
                 Some(f) => Format::parse(f).with_context(|| format!("unknown format {f:?}"))?,
@@ -148,34 +156,49 @@ impl Outputs {
                         format!("cannot tell the format of {} from its name: give --format", path.display())
                     })?,
             };
-            let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-            span_files.push(SpanSink::File(writer(
+            anyhow::ensure!(format.can_write(), "weft cannot write {}", format.name());
+            sinks.push(SinkSpec::File {
+                path: path.clone(),
                 format,
-                std::io::BufWriter::new(f),
-                WriterOptions::default(),
-            )?));
+                backpressure: Backpressure::Block,
+                queue_batches: 4,
+            });
         }
         if let Some(url) = &self.server {
             let client =
                 Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
-            span_files.push(SpanSink::Server(ServerSink {
-                client,
-                retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()),
-            }));
+            let server = ServerSink { client, retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()) };
+            sinks.push(SinkSpec::Custom(CustomSink::new(format!("server {url}"), server)));
         }
         let store = match &self.data_dir {
-            Some(dir) => Some(
+            Some(dir) => Some(Arc::new(
                 Store::open(StoreConfig::new(dir)).with_context(|| format!("opening {}", dir.display()))?,
-            ),
+            )),
             None => None,
         };
-        let events_file = match &self.events_to {
+        if let (Some(store), Some(dir)) = (&store, &self.data_dir) {
+            let sink = StoreSink::new(store.clone(), SPAN_BATCH);
+            sinks.push(SinkSpec::Custom(CustomSink::new(format!("data directory {}", dir.display()), sink)));
+        }
+        let file = match &self.events_to {
             Some(p) => Some(std::io::BufWriter::new(
                 std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
             )),
             None => None,
         };
-        Ok((span_files, store, events_file))
+        let keep = !self.no_events && (store.is_some() || file.is_some());
+        let tap = EventTap {
+            store: store.clone(),
+            file,
+            keep,
+            events: 0,
+            events_out: 0,
+            by_name: HashMap::new(),
+            first_ns: u64::MAX,
+            last_ns: 0,
+            line: Vec::new(),
+        };
+        Ok(Opened { sinks, store, tap: Arc::new(Mutex::new(tap)) })
     }
 }
 
@@ -189,93 +212,303 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
     for t in &traces {
         decoders.extend(t.decoders(&opts)?);
     }
-    let total_bytes: u64 = decoders.iter().map(StreamDecoder::len).sum();
     let streams = decoders.len();
-    let (span_files, store, mut events_file) = args.out.open()?;
-    let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
-
-    let bar = weft_cli::progress::bytes_bar(Some(total_bytes), "ctf");
-    let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
+    let out = args.out.open()?;
     let source = SourceId(args.out.source_id);
     let jobs = match args.jobs {
         0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(streams.max(1)),
         n => n.min(streams.max(1)),
     };
-    let stats = if jobs <= 1 {
-        let mut merged = Merged::new(decoders);
-        let mut batch = Vec::with_capacity(BATCH);
-        loop {
-            batch.clear();
-            while batch.len() < BATCH {
-                match merged.next_event()? {
-                    Some(ev) => batch.push(ev.to_event(source)),
-                    None => break,
-                }
-            }
-            if batch.is_empty() {
-                break;
-            }
-            imp.batch(&batch)?;
-            bar.set_position(merged.bytes_done());
-        }
-        merged.stats()
-    } else {
-        parallel(decoders, jobs, source, &mut imp, &bar)?
-    };
-    bar.finish_and_clear();
-    let (spans, bstats) = imp.finish()?;
-    if let Some(s) = &store {
+    let stats = Arc::new(Mutex::new(StreamStats::default()));
+    let sources = ctf_sources(decoders, jobs, source, &args.trace_dir, &stats);
+    let stage = CtfStage { weaver: BlkkinWeaver::default(), tap: out.tap.clone() };
+    let run = Run::with(sources, stage, out.sinks, run_options(2))?;
+    watch(&run);
+    let report = run.wait()?;
+    source_errors(&report.sources)?;
+    let counts = finish_events(&out.tap)?;
+    if let Some(s) = &out.store {
         s.close().context("flushing the data directory")?;
     }
-    summary(&args, &traces, streams, jobs, &stats, &bstats, spans, &imp_counts(&imp), started.elapsed());
+    let stats = stats.lock().map(|s| s.clone()).unwrap_or_default();
+    summary(&args, &traces, streams, jobs, &stats, &report.weave, report.spans, &counts, started.elapsed());
+    print_sinks(&report.sinks);
     if stats.errors > 0 && args.out.strict {
         bail!("decoding errors");
     }
     Ok(())
 }
 
-/// One capture file imported.
-struct CaptureReport {
-    path: PathBuf,
-    service: String,
-    pid: u32,
-    tracepoints: usize,
-    stats: CaptureStats,
+/// Arrival order (BlkKin spans are grouped by ids, capture records by file), `queue` batches
+/// per source, spans to the sinks in batches of [`SPAN_BATCH`].
+fn run_options(queue: usize) -> RunOptions {
+    RunOptions {
+        batch_events: SPAN_BATCH,
+        queue_batches: queue,
+        order: Order::Arrival,
+        ..RunOptions::default()
+    }
+}
+
+/// `jobs` ≤ 1: one source, the time-ordered merge of every stream file; else `jobs` sources
+/// (threads), each decoding its share of the stream files (largest first, each to the least
+/// loaded).
+fn ctf_sources(
+    decoders: Vec<StreamDecoder>,
+    jobs: usize,
+    source: SourceId,
+    dir: &Path,
+    stats: &Arc<Mutex<StreamStats>>,
+) -> Vec<Box<dyn EventSource>> {
+    if jobs <= 1 {
+        let total = decoders.iter().map(StreamDecoder::len).sum();
+        return vec![Box::new(CtfMerged {
+            dir: dir.to_path_buf(),
+            total,
+            merged: Merged::new(decoders),
+            source,
+            stats: stats.clone(),
+        })];
+    }
+    let mut shares: Vec<Vec<StreamDecoder>> = (0..jobs).map(|_| Vec::new()).collect();
+    let mut decoders = decoders;
+    decoders.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    let mut load = vec![0u64; jobs];
+    for d in decoders {
+        let i = (0..jobs).min_by_key(|i| load[*i]).unwrap_or(0);
+        load[i] += d.len();
+        shares[i].push(d);
+    }
+    shares
+        .into_iter()
+        .enumerate()
+        .map(|(i, share)| -> Box<dyn EventSource> {
+            Box::new(CtfShare {
+                name: format!("ctf-{}", i + 1),
+                dir: dir.to_path_buf(),
+                total: share.iter().map(StreamDecoder::len).sum(),
+                decoders: share.into(),
+                done: 0,
+                source,
+                stats: stats.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Every stream file of the traces, decoded as one time-ordered merge (`--jobs 1`).
+struct CtfMerged {
+    dir: PathBuf,
+    total: u64,
+    merged: Merged,
+    source: SourceId,
+    stats: Arc<Mutex<StreamStats>>,
+}
+
+impl EventSource for CtfMerged {
+    fn name(&self) -> &str {
+        "ctf"
+    }
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+    fn total_bytes(&self) -> u64 {
+        self.total
+    }
+    fn next_batch(&mut self, batch: &mut Vec<Event>, p: &SourceProgress) -> Result<bool, String> {
+        while batch.len() < BATCH {
+            match self.merged.next_event().map_err(|e| e.to_string())? {
+                Some(ev) => batch.push(ev.to_event(self.source)),
+                None => break,
+            }
+        }
+        p.counters.bytes.store(self.merged.bytes_done(), Ordering::Relaxed);
+        p.counters.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Ok(batch.len() == BATCH)
+    }
+    fn finish(self: Box<Self>, _: &mut SourceReport) {
+        if let Ok(mut s) = self.stats.lock() {
+            s.merge(&self.merged.stats());
+        }
+    }
+}
+
+/// Some stream files, decoded one after the other (one of `--jobs` threads).
+struct CtfShare {
+    name: String,
+    dir: PathBuf,
+    total: u64,
+    decoders: VecDeque<StreamDecoder>,
+    /// Bytes of the finished stream files.
+    done: u64,
+    source: SourceId,
+    stats: Arc<Mutex<StreamStats>>,
+}
+
+impl EventSource for CtfShare {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+    fn total_bytes(&self) -> u64 {
+        self.total
+    }
+    fn next_batch(&mut self, batch: &mut Vec<Event>, p: &SourceProgress) -> Result<bool, String> {
+        let Some(d) = self.decoders.front_mut() else { return Ok(false) };
+        let mut more = true;
+        while batch.len() < BATCH {
+            more = d.next_event().map_err(|e| e.to_string())?;
+            if !more {
+                break;
+            }
+            batch.push(d.event().to_event(self.source));
+        }
+        p.counters.bytes.store(self.done + d.bytes_done(), Ordering::Relaxed);
+        p.counters.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        if !more {
+            self.done += d.len();
+            if let Ok(mut s) = self.stats.lock() {
+                s.merge(d.stats());
+            }
+            self.decoders.pop_front();
+        }
+        Ok(!self.decoders.is_empty())
+    }
+}
+
+/// BlkKin's weaver behind the event tap.
+struct CtfStage {
+    weaver: BlkkinWeaver,
+    tap: Arc<Mutex<EventTap>>,
+}
+
+impl WeaveStage for CtfStage {
+    type Item = Event;
+    type Report = BlkkinStats;
+    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
+        tap_events(&self.tap, events)?;
+        WeaveStage::push(&mut self.weaver, events, out)
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        WeaveStage::finish(&mut self.weaver, out)
+    }
+    fn into_report(self) -> BlkkinStats {
+        self.weaver.into_report()
+    }
+}
+
+/// Every event an import reads: counted, and kept (data directory, events file) unless
+/// `--no-events`.
+struct EventTap {
+    store: Option<Arc<Store>>,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    keep: bool,
+    events: u64,
+    events_out: u64,
+    by_name: HashMap<Arc<str>, u64>,
+    first_ns: u64,
+    last_ns: u64,
+    line: Vec<u8>,
+}
+
+impl EventTap {
+    fn events(&mut self, events: &[Event]) -> anyhow::Result<()> {
+        for e in events {
+            self.events += 1;
+            self.first_ns = self.first_ns.min(e.time_ns);
+            self.last_ns = self.last_ns.max(e.time_ns);
+            if let EventKind::Tracepoint(t) = &e.kind {
+                match self.by_name.get_mut(&t.name) {
+                    Some(n) => *n += 1,
+                    None => {
+                        self.by_name.insert(t.name.clone(), 1);
+                    }
+                }
+            }
+        }
+        if self.keep {
+            if let Some(store) = &self.store {
+                append_retrying(|| store.append_events(events)).context("appending events")?;
+            }
+            if let Some(f) = self.file.as_mut() {
+                for e in events {
+                    self.line.clear();
+                    serde_json::to_writer(&mut self.line, &e.to_json())?;
+                    self.line.push(b'\n');
+                    f.write_all(&self.line).context("writing events")?;
+                }
+            }
+            self.events_out += events.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// `events` to the tap, as a weave stage's error.
+fn tap_events(tap: &Mutex<EventTap>, events: &[Event]) -> Result<(), StageError> {
+    let mut tap = tap.lock().map_err(|_| "the event tap is poisoned")?;
+    tap.events(events).map_err(|e| format!("{e:#}").into())
+}
+
+/// Flushes the events file; the counts for the summary.
+fn finish_events(tap: &Mutex<EventTap>) -> anyhow::Result<Counts> {
+    let mut tap = tap.lock().map_err(|_| anyhow::anyhow!("the event tap is poisoned"))?;
+    if let Some(f) = tap.file.as_mut() {
+        f.flush().context("writing events")?;
+    }
+    let mut by_name: Vec<(String, u64)> = tap.by_name.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(Counts {
+        events: tap.events,
+        events_out: tap.events_out,
+        by_name,
+        first_ns: tap.first_ns,
+        last_ns: tap.last_ns,
+    })
+}
+
+struct Counts {
+    events: u64,
+    events_out: u64,
+    by_name: Vec<(String, u64)>,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+/// The sinks' lines of the summary (what each wrote, format losses, errors).
+fn print_sinks(sinks: &[SinkReport]) {
+    for line in sink_lines(sinks) {
+        println!("  {line}");
+    }
 }
 
 fn probe(args: ProbeArgs) -> anyhow::Result<()> {
     args.out.check()?;
     let started = Instant::now();
     let files = capture_files(&args.path)?;
-    let (span_files, store, mut events_file) = args.out.open()?;
-    let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
-    let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
+    let out = args.out.open()?;
     let opts = CaptureOptions {
         strict: args.out.strict,
         events: true,
         source: SourceId(args.out.source_id),
         ..CaptureOptions::default()
     };
-    let bar = weft_cli::progress::count_bar(files.len() as u64, "captures");
-    let mut reports = Vec::new();
-    for path in &files {
-        let cap = Capture::read(path)?;
-        let stats = assemble_capture(&cap, path, &opts, |events, spans| imp.batch_with_spans(events, spans))?;
-        reports.push(CaptureReport {
-            path: path.clone(),
-            service: cap.service.clone(),
-            pid: cap.pid,
-            tracepoints: cap.tracepoints.len(),
-            stats,
-        });
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let (spans, _) = imp.finish()?;
-    if let Some(s) = &store {
+    let tap = out.tap.clone();
+    let stage = ProbeStage::new(opts, Some(Box::new(move |events: &[Event]| tap_events(&tap, events))));
+    let source = CaptureFiles::new("captures", &args.path, files);
+    // One capture per batch, one batch queued: a few captures in memory at most.
+    let run = Run::with_items(vec![Box::new(source)], stage, out.sinks, run_options(1))?;
+    watch(&run);
+    let report = run.wait()?;
+    source_errors(&report.sources)?;
+    let counts = finish_events(&out.tap)?;
+    if let Some(s) = &out.store {
         s.close().context("flushing the data directory")?;
     }
-    probe_summary(&args.out, &reports, spans, &imp_counts(&imp), started.elapsed());
+    probe_summary(&args.out, &report.weave, report.spans, &counts, started.elapsed());
+    print_sinks(&report.sinks);
     Ok(())
 }
 
@@ -369,252 +602,6 @@ fn probe_summary(out: &Outputs, reports: &[CaptureReport], spans: u64, c: &Count
     summary_wrote(out, spans, c);
 }
 
-/// Decodes the streams on `jobs` threads (each owning some stream files) into event batches.
-fn parallel(
-    decoders: Vec<StreamDecoder>,
-    jobs: usize,
-    source: SourceId,
-    imp: &mut Importer<'_>,
-    bar: &indicatif::ProgressBar,
-) -> anyhow::Result<StreamStats> {
-    let mut shares: Vec<Vec<StreamDecoder>> = (0..jobs).map(|_| Vec::new()).collect();
-    // Largest files first, each to the least loaded thread.
-    let mut decoders = decoders;
-    decoders.sort_by_key(|d| std::cmp::Reverse(d.len()));
-    let mut load = vec![0u64; jobs];
-    for d in decoders {
-        let i = (0..jobs).min_by_key(|i| load[*i]).unwrap_or(0);
-        load[i] += d.len();
-        shares[i].push(d);
-    }
-    let (tx, rx) = sync_channel::<(Vec<Event>, u64)>(jobs * 2);
-    std::thread::scope(|s| -> anyhow::Result<StreamStats> {
-        let mut handles = Vec::new();
-        for share in shares {
-            let tx = tx.clone();
-            handles.push(s.spawn(move || -> Result<StreamStats, weft_sources::ctf::CtfError> {
-                let mut stats = StreamStats::default();
-                for mut d in share {
-                    let mut done = 0u64;
-                    let mut batch = Vec::with_capacity(BATCH);
-                    loop {
-                        let more = d.next_event()?;
-                        if more {
-                            batch.push(d.event().to_event(source));
-                        }
-                        if batch.len() == BATCH || (!more && !batch.is_empty()) {
-                            let now = d.bytes_done();
-                            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-                            if tx.send((full, now - done)).is_err() {
-                                return Ok(stats); // the importer stopped
-                            }
-                            done = now;
-                        }
-                        if !more {
-                            break;
-                        }
-                    }
-                    stats.merge(d.stats());
-                }
-                Ok(stats)
-            }));
-        }
-        drop(tx);
-        let mut failed = None;
-        for (batch, bytes) in rx.iter() {
-            if failed.is_none()
-                && let Err(e) = imp.batch(&batch)
-            {
-                failed = Some(e);
-                break;
-            }
-            bar.inc(bytes);
-        }
-        drop(rx);
-        let mut stats = StreamStats::default();
-        for h in handles {
-            match h.join() {
-                Ok(Ok(s)) => stats.merge(&s),
-                Ok(Err(e)) => return Err(e.into()),
-                Err(_) => bail!("a decoding thread panicked"),
-            }
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(stats),
-        }
-    })
-}
-
-struct Importer<'a> {
-    weaver: BlkkinWeaver,
-    span_sinks: Vec<SpanSink>,
-    store: Option<&'a Store>,
-    events_file: Option<&'a mut std::io::BufWriter<std::fs::File>>,
-    keep_events: bool,
-    pending_spans: Vec<Span>,
-    spans_out: u64,
-    events: u64,
-    events_out: u64,
-    by_name: HashMap<std::sync::Arc<str>, u64>,
-    first_ns: u64,
-    last_ns: u64,
-    line: Vec<u8>,
-}
-
-struct Counts {
-    events: u64,
-    events_out: u64,
-    by_name: Vec<(String, u64)>,
-    first_ns: u64,
-    last_ns: u64,
-}
-
-fn imp_counts(imp: &Importer<'_>) -> Counts {
-    let mut by_name: Vec<(String, u64)> = imp.by_name.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    by_name.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    Counts {
-        events: imp.events,
-        events_out: imp.events_out,
-        by_name,
-        first_ns: imp.first_ns,
-        last_ns: imp.last_ns,
-    }
-}
-
-impl<'a> Importer<'a> {
-    fn new(
-        span_sinks: Vec<SpanSink>,
-        store: Option<&'a Store>,
-        events_file: Option<&'a mut std::io::BufWriter<std::fs::File>>,
-        keep_events: bool,
-    ) -> Importer<'a> {
-        Importer {
-            weaver: BlkkinWeaver::default(),
-            span_sinks,
-            store,
-            events_file,
-            keep_events,
-            pending_spans: Vec::new(),
-            spans_out: 0,
-            events: 0,
-            events_out: 0,
-            by_name: HashMap::new(),
-            first_ns: u64::MAX,
-            last_ns: 0,
-            line: Vec::new(),
-        }
-    }
-
-    /// Events of a CTF trace: counted, kept, and woven (BlkKin).
-    fn batch(&mut self, events: &[Event]) -> anyhow::Result<()> {
-        self.events(events)?;
-        for e in events {
-            self.weaver.push(e);
-        }
-        self.weaver.drain(&mut self.pending_spans);
-        if self.pending_spans.len() >= SPAN_BATCH {
-            self.flush_spans()?;
-        }
-        Ok(())
-    }
-
-    /// Events and the spans made of them elsewhere (a capture's records).
-    fn batch_with_spans(&mut self, events: &[Event], spans: &mut Vec<Span>) -> anyhow::Result<()> {
-        self.events(events)?;
-        self.pending_spans.append(spans);
-        if self.pending_spans.len() >= SPAN_BATCH {
-            self.flush_spans()?;
-        }
-        Ok(())
-    }
-
-    /// Counts `events` and writes them to the event outputs.
-    fn events(&mut self, events: &[Event]) -> anyhow::Result<()> {
-        for e in events {
-            self.events += 1;
-            self.first_ns = self.first_ns.min(e.time_ns);
-            self.last_ns = self.last_ns.max(e.time_ns);
-            if let EventKind::Tracepoint(t) = &e.kind {
-                match self.by_name.get_mut(&t.name) {
-                    Some(n) => *n += 1,
-                    None => {
-                        self.by_name.insert(t.name.clone(), 1);
-                    }
-                }
-            }
-        }
-        if self.keep_events {
-            if let Some(store) = self.store {
-                append_retrying(|| store.append_events(events)).context("appending events")?;
-            }
-            if let Some(f) = self.events_file.as_deref_mut() {
-                for e in events {
-                    self.line.clear();
-                    serde_json::to_writer(&mut self.line, &e.to_json())?;
-                    self.line.push(b'\n');
-                    f.write_all(&self.line).context("writing events")?;
-                }
-            }
-            self.events_out += events.len() as u64;
-        }
-        Ok(())
-    }
-
-    fn flush_spans(&mut self) -> anyhow::Result<()> {
-        if self.pending_spans.is_empty() {
-            return Ok(());
-        }
-        let spans = std::mem::take(&mut self.pending_spans);
-        for chunk in spans.chunks(SPAN_BATCH) {
-            for sink in &mut self.span_sinks {
-                match sink {
-                    SpanSink::File(w) => w.write(chunk)?,
-                    SpanSink::Server(server) => server.post(chunk)?,
-                }
-            }
-            if let Some(store) = self.store {
-                append_retrying(|| store.append(chunk)).context("appending spans")?;
-            }
-            self.spans_out += chunk.len() as u64;
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self) -> anyhow::Result<(u64, BlkkinStats)> {
-        let weaver = std::mem::take(&mut self.weaver);
-        let (rest, stats) = weaver.finish();
-        self.pending_spans.extend(rest);
-        self.flush_spans()?;
-        for sink in std::mem::take(&mut self.span_sinks) {
-            if let SpanSink::File(w) = sink {
-                let losses = w.finish()?;
-                for (what, n) in losses.iter() {
-                    tracing::info!("span file: {n} {what}");
-                }
-            }
-        }
-        if let Some(f) = self.events_file.as_deref_mut() {
-            f.flush().context("writing events")?;
-        }
-        Ok((self.spans_out, stats))
-    }
-}
-
-/// The store refuses appends while its flush catches up: wait and retry.
-fn append_retrying(mut f: impl FnMut() -> weft_store::Result<()>) -> weft_store::Result<()> {
-    let mut wait = Duration::from_millis(5);
-    loop {
-        match f() {
-            Err(StoreError::Overloaded { .. }) => {
-                std::thread::sleep(wait);
-                wait = (wait * 2).min(Duration::from_millis(500));
-            }
-            other => return other,
-        }
-    }
-}
-
 /// A server's OTLP/HTTP receiver, through the exporter every weft sender uses.
 struct ServerSink {
     client: Client,
@@ -631,21 +618,28 @@ const IMPORT_RETRIES: RetryPolicy = RetryPolicy {
     jitter: Jitter::Equal,
 };
 
-impl ServerSink {
-    fn post(&mut self, spans: &[Span]) -> anyhow::Result<()> {
-        let body = self.client.encode(spans);
-        let d = self.client.deliver(&body, self.client.gzip(), &mut self.retries, std::thread::sleep);
-        self.retries.reset();
-        let url = self.client.url();
-        match d.outcome {
-            Outcome::Acked { .. } => Ok(()),
-            Outcome::Refused { status, message } => {
-                bail!("{url} refused the spans: HTTP {status}: {message}")
-            }
-            Outcome::Retry { reason, .. } => {
-                bail!("{url} did not take the spans after {} attempts: {reason}", d.requests)
-            }
+impl SpanSink for ServerSink {
+    fn write(&mut self, spans: &[Span]) -> Result<(), SinkError> {
+        for chunk in spans.chunks(SPAN_BATCH) {
+            let body = self.client.encode(chunk);
+            let d = self.client.deliver(&body, self.client.gzip(), &mut self.retries, std::thread::sleep);
+            self.retries.reset();
+            let url = self.client.url();
+            let msg = match d.outcome {
+                Outcome::Acked { .. } => continue,
+                Outcome::Refused { status, message } => {
+                    format!("{url} refused the spans: HTTP {status}: {message}")
+                }
+                Outcome::Retry { reason, .. } => {
+                    format!("{url} did not take the spans after {} attempts: {reason}", d.requests)
+                }
+            };
+            return Err(SinkError::Write { sink: "server".into(), msg });
         }
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), SinkError> {
+        Ok(())
     }
 }
 

@@ -1,9 +1,11 @@
-//! One module per subcommand: each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
+//! One module per subcommand: each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`;
+//! [`pipeline`] is what the commands running a weave pipeline share.
 
 pub mod breakdown;
 pub mod convert;
 pub mod import;
 pub mod loadgen;
+pub mod pipeline;
 pub mod probes;
 pub mod query;
 pub mod record;

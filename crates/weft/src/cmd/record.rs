@@ -4,18 +4,28 @@
 //! spans (any trace format), raw events (JSON Lines), EXIST scheduler records, and/or into a
 //! data directory; optionally woven into the application's own spans (`--weave`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use weft_analyze::kernel::{AttributionOptions, attribute};
+use weft_analyze::kernel::{AttributionOptions, AttributionStats, attribute};
 use weft_model::codec::stream::{self, Format};
 use weft_model::{Event, Span};
-use weft_sources::perf::{Capture, CaptureConfig, StoppedChild, Target, UprobeTarget, exist, syscall_name};
-use weft_weave::kernel::{KernelSpanOptions, kernel_spans};
+use weft_sources::perf::{
+    Capture, CaptureConfig, CaptureStats, StoppedChild, Target, UprobeTarget, exist, syscall_name,
+};
+use weft_weave::Run;
+use weft_weave::kernel::{KernelSpanOptions, KernelSpanStats, KernelStage};
+use weft_weave::pipeline::{
+    EventSource, Order, RunOptions, SourceProgress, SourceReport, StageError, WeaveStage,
+};
+use weft_weave::sink::{Backpressure, CustomSink, SinkSpec};
+
+use super::pipeline::{StoreSink, append_retrying, sink_lines, source_errors, watch};
 
 use weft_cli::units;
 
@@ -145,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ring_pages: pages,
         ..CaptureConfig::default()
     };
-    let mut cap = Capture::open(&cfg).context("opening the kernel capture")?;
+    let cap = Capture::open(&cfg).context("opening the kernel capture")?;
     cap.enable()?;
     let started = Instant::now();
     let start_ns = weft_model::time::now_unix_nanos();
@@ -160,106 +170,74 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.duration.map(|d| format!(" for {d:?}")).unwrap_or_else(|| ", Ctrl-C to stop".into())
     );
 
-    let bar = weft_cli::progress::count_bar(0, "record");
-    bar.set_length(0);
-    let mut events: Vec<Event> = Vec::new();
-    let mut batch = Vec::new();
-    let mut dropped = 0u64;
-    let mut exit_code = None;
-    loop {
-        if STOP.load(Ordering::SeqCst) {
-            break;
-        }
-        if args.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        if let Some(c) = child.as_mut()
-            && let Some(code) = c.try_wait()
-        {
-            exit_code = Some(code);
-            break;
-        }
-        if let Target::Pids(p) = &target
-            && !p.iter().any(|p| alive(*p))
-        {
-            break;
-        }
-        cap.poll(Duration::from_millis(100), &mut batch)?;
-        keep(&mut events, &mut batch, args.max_events, &mut dropped);
-        let st = cap.stats();
-        bar.set_position(events.len() as u64);
-        bar.set_message(format!("lost {}", st.lost()));
-    }
-    cap.finish(&mut batch);
-    keep(&mut events, &mut batch, args.max_events, &mut dropped);
-    bar.finish_and_clear();
-    let end_ns = weft_model::time::now_unix_nanos();
-    events.sort_by_key(|e| e.time_ns);
-    let stats = cap.stats();
-    let traced = cap.traced_threads().cloned();
-
-    // Outputs.
-    if let Some(p) = &args.events_out {
-        write_events(p, &events)?;
-    }
-    let mut sched_records = 0u64;
-    if let Some(p) = &args.sched_out {
-        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        let mut w =
-            exist::Writer::new(BufWriter::new(f)).with_context(|| format!("writing {}", p.display()))?;
-        let is_traced = |t: u32| traced.as_ref().is_none_or(|s| s.contains(&t));
-        for e in &events {
-            for r in exist::from_event(e, is_traced) {
-                w.write(&r).with_context(|| format!("writing {}", p.display()))?;
-            }
-        }
-        sched_records = w.records;
-        w.finish().with_context(|| format!("writing {}", p.display()))?;
-    }
-    let host = hostname();
-    let kopts = KernelSpanOptions {
-        host,
-        syscall_name,
-        traced: traced.clone(),
-        seed: start_ns ^ u64::from(std::process::id()).rotate_left(32),
-        window: Some((
-            events.first().map(|e| e.time_ns.min(start_ns)).unwrap_or(start_ns),
-            events.last().map(|e| e.time_ns.max(end_ns)).unwrap_or(end_ns),
-        )),
+    // The capture is the pipeline's source; the kernel weaver needs all of it (up to
+    // --max-events), so its stage weaves when the capture ends.
+    let end = Arc::new(Mutex::new(CaptureEnd::default()));
+    let source = KernelCapture {
+        cap,
+        child,
+        target: target.clone(),
+        duration: args.duration,
+        started,
+        end: end.clone(),
+        path: PathBuf::from("perf_event"),
     };
-    let ks = kernel_spans(&events, &kopts);
-    let mut spans: Vec<Span> = Vec::new();
-    let mut weave_summary = None;
-    if let Some(p) = &args.weave {
-        let mut app = read_spans(p)?;
-        let st = attribute(
-            &mut app,
-            &ks.spans,
-            &AttributionOptions { child_spans: !args.no_child_spans, ..AttributionOptions::default() },
-        );
-        weave_summary = Some(st);
-        spans.extend(app);
+    let kopts = KernelSpanOptions {
+        host: hostname(),
+        syscall_name,
+        traced: None,
+        seed: start_ns ^ u64::from(std::process::id()).rotate_left(32),
+        window: None,
+    };
+    let store = match &args.data_dir {
+        Some(dir) => Some(Arc::new(
+            weft_store::Store::open(weft_store::StoreConfig::new(dir))
+                .with_context(|| format!("opening {}", dir.display()))?,
+        )),
+        None => None,
+    };
+    let mut sinks = Vec::new();
+    if let (Some(p), Some(format)) = (&args.to, out_format) {
+        sinks.push(SinkSpec::File {
+            path: p.clone(),
+            format,
+            backpressure: Backpressure::Block,
+            queue_batches: 4,
+        });
     }
-    spans.extend(ks.spans.iter().cloned());
-    if let (Some(p), Some(f)) = (&args.to, out_format) {
-        let file = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        let mut w = stream::writer(f, BufWriter::new(file), stream::WriterOptions::default())?;
-        w.write(&spans)?;
-        let losses = w.finish()?;
-        if !losses.is_empty() {
-            eprintln!("note: {} cannot carry everything: {losses}", f.name());
-        }
+    if let (Some(store), Some(dir)) = (&store, &args.data_dir) {
+        let sink = StoreSink::new(store.clone(), 10_000);
+        sinks.push(SinkSpec::Custom(CustomSink::new(format!("data directory {}", dir.display()), sink)));
     }
-    if let Some(dir) = &args.data_dir {
-        let store = weft_store::Store::open(weft_store::StoreConfig::new(dir))
-            .with_context(|| format!("opening {}", dir.display()))?;
-        for chunk in events.chunks(50_000) {
-            store.append_events(chunk)?;
-        }
-        for chunk in spans.chunks(10_000) {
-            store.append(chunk)?;
-        }
+    let stage = RecordStage {
+        kernel: KernelStage::new(kopts, Some(start_ns), args.max_events),
+        end: end.clone(),
+        events_out: args.events_out.clone(),
+        sched_out: args.sched_out.clone(),
+        store: store.clone(),
+        weave: args.weave.clone(),
+        child_spans: !args.no_child_spans,
+        summary: RecordSummary::default(),
+    };
+    let opts = RunOptions {
+        batch_events: 10_000,
+        queue_batches: 16,
+        order: Order::Arrival,
+        ..RunOptions::default()
+    };
+    let run = Run::with(vec![Box::new(source)], stage, sinks, opts)?;
+    watch(&run);
+    let report = run.wait()?;
+    source_errors(&report.sources)?;
+    if let Some(store) = &store {
         store.close()?;
+    }
+    let r = report.weave;
+    let CaptureEnd { stats, exit_code, .. } = end.lock().map(|e| e.clone()).unwrap_or_default();
+    for s in &report.sinks {
+        if !s.losses.is_empty() {
+            eprintln!("note: {} cannot carry everything: {}", s.name, s.losses);
+        }
     }
 
     // Summary.
@@ -276,18 +254,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ]);
     }
     eprintln!("{table}");
-    let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
-    for e in &events {
-        *by_type.entry(type_label(e)).or_insert(0) += 1;
-    }
-    let types: Vec<String> = by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let types: Vec<String> = r.by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
     eprintln!(
         "weft record: {:.1}s, {} events ({}), {} lost in the kernel, {} dropped over --max-events, {} scheduler switches of untraced threads filtered, {} switch-ins recovered, {} malformed records",
         secs,
-        events.len(),
+        r.events,
         if types.is_empty() { "none".into() } else { types.join(", ") },
         stats.lost(),
-        dropped,
+        r.dropped,
         stats.sched_filtered,
         stats.decode.switch_ins_recovered,
         stats.decode.malformed,
@@ -297,22 +271,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     eprintln!(
         "weft record: kernel spans: {} threads, {} syscalls, {} on-CPU intervals, {} uprobe calls ({} incomplete, {} mismatched syscall exits, {} unmatched returns)",
-        ks.stats.threads,
-        ks.stats.syscalls,
-        ks.stats.on_cpu,
-        ks.stats.uprobe_calls,
-        ks.stats.incomplete,
-        ks.stats.mismatched,
-        ks.stats.unmatched_returns
+        r.kernel.threads,
+        r.kernel.syscalls,
+        r.kernel.on_cpu,
+        r.kernel.uprobe_calls,
+        r.kernel.incomplete,
+        r.kernel.mismatched,
+        r.kernel.unmatched_returns
     );
-    if let Some(w) = weave_summary {
+    if let Some(w) = &r.weave {
         eprintln!(
             "weft record: woven: {} application spans attributed, {} without thread.id, {} on threads without kernel data, {} kernel child spans added ({} over the per-span limit)",
             w.attributed, w.without_thread, w.unknown_thread, w.children, w.children_dropped
         );
     }
     if args.sched_out.is_some() {
-        eprintln!("weft record: {sched_records} EXIST scheduler records");
+        eprintln!("weft record: {} EXIST scheduler records", r.sched_records);
     }
     if let Some(code) = exit_code
         && code != 0
@@ -322,16 +296,161 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if stats.lost() > 0 {
         eprintln!("weft record: WARNING: the kernel lost {} records: raise --ring-size", stats.lost());
     }
+    for line in sink_lines(&report.sinks) {
+        eprintln!("weft record: {line}");
+    }
     Ok(())
 }
 
-fn keep(events: &mut Vec<Event>, batch: &mut Vec<Event>, max: usize, dropped: &mut u64) {
-    let room = max.saturating_sub(events.len());
-    if batch.len() > room {
-        *dropped += (batch.len() - room) as u64;
-        batch.truncate(room);
+/// What the capture knows when it ends.
+#[derive(Debug, Clone, Default)]
+struct CaptureEnd {
+    stats: CaptureStats,
+    traced: Option<HashSet<u32>>,
+    exit_code: Option<i32>,
+}
+
+/// The kernel capture as a pipeline source: polls the rings until the duration is over, the
+/// target exits or Ctrl-C.
+struct KernelCapture {
+    cap: Capture,
+    child: Option<StoppedChild>,
+    target: Target,
+    duration: Option<Duration>,
+    started: Instant,
+    end: Arc<Mutex<CaptureEnd>>,
+    path: PathBuf,
+}
+
+impl KernelCapture {
+    fn stop(&mut self) -> bool {
+        if STOP.load(Ordering::SeqCst) || self.duration.is_some_and(|d| self.started.elapsed() >= d) {
+            return true;
+        }
+        if let Some(c) = self.child.as_mut()
+            && let Some(code) = c.try_wait()
+        {
+            if let Ok(mut e) = self.end.lock() {
+                e.exit_code = Some(code);
+            }
+            return true;
+        }
+        matches!(&self.target, Target::Pids(p) if !p.iter().any(|p| alive(*p)))
     }
-    events.append(batch);
+}
+
+impl EventSource for KernelCapture {
+    fn name(&self) -> &str {
+        "record"
+    }
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn next_batch(&mut self, batch: &mut Vec<Event>, p: &SourceProgress) -> Result<bool, String> {
+        let more = if self.stop() {
+            self.cap.finish(batch);
+            false
+        } else {
+            self.cap.poll(Duration::from_millis(100), batch).map_err(|e| e.to_string())?;
+            true
+        };
+        p.counters.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        p.counters.rejected.store(self.cap.stats().lost(), Ordering::Relaxed);
+        Ok(more)
+    }
+    fn finish(self: Box<Self>, _: &mut SourceReport) {
+        if let Ok(mut e) = self.end.lock() {
+            e.stats = self.cap.stats();
+            e.traced = self.cap.traced_threads().cloned();
+        }
+    }
+}
+
+/// What [`RecordStage`] did, for the summary.
+#[derive(Debug, Default)]
+struct RecordSummary {
+    events: usize,
+    by_type: BTreeMap<&'static str, u64>,
+    dropped: u64,
+    sched_records: u64,
+    kernel: KernelSpanStats,
+    weave: Option<AttributionStats>,
+}
+
+/// The kernel weaver, then what `weft record` does with the whole capture: raw events (file,
+/// data directory), EXIST scheduler records, the application's spans woven (`--weave`).
+struct RecordStage {
+    kernel: KernelStage,
+    end: Arc<Mutex<CaptureEnd>>,
+    events_out: Option<PathBuf>,
+    sched_out: Option<PathBuf>,
+    store: Option<Arc<weft_store::Store>>,
+    weave: Option<PathBuf>,
+    child_spans: bool,
+    summary: RecordSummary,
+}
+
+impl RecordStage {
+    fn outputs(&mut self, out: &mut Vec<Span>) -> anyhow::Result<()> {
+        let traced = self.end.lock().map(|e| e.traced.clone()).unwrap_or_default();
+        self.kernel.opts.traced = traced.clone();
+        let mut kernel_spans = Vec::new();
+        WeaveStage::finish(&mut self.kernel, &mut kernel_spans).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let events = self.kernel.events();
+        if let Some(p) = &self.events_out {
+            write_events(p, events)?;
+        }
+        if let Some(p) = &self.sched_out {
+            let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+            let mut w =
+                exist::Writer::new(BufWriter::new(f)).with_context(|| format!("writing {}", p.display()))?;
+            let is_traced = |t: u32| traced.as_ref().is_none_or(|s| s.contains(&t));
+            for e in events {
+                for r in exist::from_event(e, is_traced) {
+                    w.write(&r).with_context(|| format!("writing {}", p.display()))?;
+                }
+            }
+            self.summary.sched_records = w.records;
+            w.finish().with_context(|| format!("writing {}", p.display()))?;
+        }
+        if let Some(store) = &self.store {
+            for chunk in events.chunks(50_000) {
+                append_retrying(|| store.append_events(chunk))?;
+            }
+        }
+        if let Some(p) = &self.weave {
+            let mut app = read_spans(p)?;
+            let st = attribute(
+                &mut app,
+                &kernel_spans,
+                &AttributionOptions { child_spans: self.child_spans, ..AttributionOptions::default() },
+            );
+            self.summary.weave = Some(st);
+            out.extend(app);
+        }
+        out.extend(kernel_spans);
+        for e in events {
+            *self.summary.by_type.entry(type_label(e)).or_insert(0) += 1;
+        }
+        self.summary.events = events.len();
+        self.summary.dropped = self.kernel.dropped();
+        self.summary.kernel = self.kernel.stats().clone();
+        Ok(())
+    }
+}
+
+impl WeaveStage for RecordStage {
+    type Item = Event;
+    type Report = RecordSummary;
+    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
+        WeaveStage::push(&mut self.kernel, events, out)
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        self.outputs(out).map_err(|e| format!("{e:#}").into())
+    }
+    fn into_report(self) -> RecordSummary {
+        self.summary
+    }
 }
 
 fn describe(t: &Target, exec: &[String]) -> String {

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use indicatif::{MultiProgress, ProgressDrawTarget};
 use weft_model::codec::stream::Format;
-use weft_weave::pipeline::SourceState;
 use weft_weave::sink::{Backpressure, HttpOptions, MemorySink, SinkSpec};
 use weft_weave::{Run, RunReport, Topology};
+
+use super::pipeline::{human, sink_lines, source_errors, watch};
 
 /// Arguments of `weft weave`.
 #[derive(clap::Args, Debug)]
@@ -38,18 +38,6 @@ pub struct Args {
     /// Print the woven traces as text trees (keeps all spans in memory: small runs only).
     #[arg(long)]
     pub tree: bool,
-}
-
-fn human(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn bytes(n: u64) -> String {
@@ -99,58 +87,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let run = Run::start(&topo, extra)?;
 
-    let mp = MultiProgress::with_draw_target(if weft_cli::progress::is_quiet() {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    });
-    let bars: Vec<_> = run
-        .sources()
-        .iter()
-        .map(|s| {
-            let len = std::fs::metadata(&s.path).ok().filter(|m| m.is_file()).map(|m| m.len());
-            let b = mp.add(weft_cli::progress::bytes_bar(len, &s.name));
-            b.set_message("opening");
-            b
-        })
-        .collect();
-    while !run.is_finished() {
-        for (b, s) in bars.iter().zip(run.sources()) {
-            let c = &s.counters;
-            let ld = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-            b.set_position(ld(&c.bytes));
-            b.set_message(match s.state() {
-                SourceState::Opening => format!("waiting for a writer on {}", s.path.display()),
-                _ => format!(
-                    "{} lines, {} events, {} spans{}",
-                    human(ld(&c.lines)),
-                    human(ld(&c.events)),
-                    human(s.spans.load(std::sync::atomic::Ordering::Relaxed)),
-                    match ld(&c.rejected) {
-                        0 => String::new(),
-                        r => format!(", {r} rejected"),
-                    }
-                ),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for b in &bars {
-        b.finish_and_clear();
-    }
+    watch(&run);
     let report = run.wait()?;
     let elapsed = started.elapsed();
     if args.tree {
         print!("{}", weft_weave::render::render(&mem.spans()));
     }
     print_summary(&topo, &report, elapsed);
-    let failed: Vec<String> = report
-        .sources
-        .iter()
-        .filter_map(|s| s.error.as_ref().map(|e| format!("source {}: {e}", s.name)))
-        .collect();
-    anyhow::ensure!(failed.is_empty(), "{}", failed.join("; "));
-    Ok(())
+    source_errors(&report.sources)
 }
 
 fn print_summary(topo: &Topology, r: &RunReport, elapsed: Duration) {
@@ -299,23 +243,7 @@ fn print_summary(topo: &Topology, r: &RunReport, elapsed: Duration) {
             eprintln!("  the input ended in the middle of a line");
         }
     }
-    for s in &r.sinks {
-        let mut line = format!("sink {}: {} spans", s.name, human(s.spans));
-        if s.dropped_spans > 0 {
-            line += &format!(", {} dropped (backpressure)", human(s.dropped_spans));
-        }
-        if s.failed_spans > 0 {
-            line += &format!(", {} failed", human(s.failed_spans));
-        }
-        if s.requests > 0 {
-            line += &format!(", {} requests ({} retries)", s.requests, s.retries);
-        }
-        if !s.losses.is_empty() {
-            line += &format!(", format losses: {}", s.losses);
-        }
-        if let Some(e) = &s.last_error {
-            line += &format!(", last error: {e}");
-        }
+    for line in sink_lines(&r.sinks) {
         eprintln!("{line}");
     }
 }
