@@ -29,6 +29,8 @@
 pub mod ctf;
 pub mod drive;
 pub mod error;
+#[cfg(feature = "intel-pt")]
+pub mod intel_pt;
 pub mod parse;
 #[cfg(target_os = "linux")]
 pub mod perf;
