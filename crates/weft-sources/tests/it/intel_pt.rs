@@ -284,11 +284,7 @@ fn run_ptxed(v: &Vector, cpu: Option<(u16, u8)>) -> Result<(), String> {
 
 /// Run `check` on every vector that has `tool`'s expectation, once per `cpu` line of the
 /// vector (or once without a CPU), as libipt's test script does.
-fn check_all(
-    tool: &str,
-    skip: &[(&str, &str)],
-    check: fn(&Vector, Cpu) -> Result<(), String>,
-) -> usize {
+fn check_all(tool: &str, skip: &[(&str, &str)], check: fn(&Vector, Cpu) -> Result<(), String>) -> usize {
     let vs = vectors();
     assert_eq!(vs.len(), 172, "the fixture set changed");
     let skip: BTreeMap<&str, &str> = skip.iter().copied().collect();
