@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 
 use libipt_sys as sys;
 
-use super::{DecoderConfig, PtError};
+use super::{DecoderConfig, PtError, Pwre, Pwrx, power_state};
 
 /// The code the traced program ran: file ranges mapped at virtual addresses.
 pub struct Image {
@@ -189,8 +189,8 @@ pub enum EventKind {
     AsyncVmcs { base: u64, ip: u64 },
     Exstop { ip: u64 },
     Mwait { ip: u64, hints: u32, ext: u32 },
-    Pwre { state: u8, sub_state: u8, hw: bool },
-    Pwrx { last: u8, deepest: u8, interrupt: bool, store: bool, autonomous: bool },
+    Pwre(Pwre),
+    Pwrx(Pwrx),
     Ptwrite { ip: u64, payload: u64 },
     Tick { ip: u64 },
     Cbr { ratio: u16 },
@@ -266,16 +266,8 @@ impl Event {
                 sys::pt_event_type_ptev_mwait => {
                     EventKind::Mwait { ip: v.mwait.ip, hints: v.mwait.hints, ext: v.mwait.ext }
                 }
-                sys::pt_event_type_ptev_pwre => {
-                    EventKind::Pwre { state: v.pwre.state, sub_state: v.pwre.sub_state, hw: v.pwre.hw() != 0 }
-                }
-                sys::pt_event_type_ptev_pwrx => EventKind::Pwrx {
-                    last: v.pwrx.last,
-                    deepest: v.pwrx.deepest,
-                    interrupt: v.pwrx.interrupt() != 0,
-                    store: v.pwrx.store() != 0,
-                    autonomous: v.pwrx.autonomous() != 0,
-                },
+                sys::pt_event_type_ptev_pwre => EventKind::Pwre(power_state!(pwre v.pwre)),
+                sys::pt_event_type_ptev_pwrx => EventKind::Pwrx(power_state!(pwrx v.pwrx)),
                 sys::pt_event_type_ptev_ptwrite => {
                     EventKind::Ptwrite { ip: v.ptwrite.ip, payload: v.ptwrite.payload }
                 }
@@ -616,13 +608,13 @@ fn event_line(e: &Event, opts: ListingOptions) -> String {
         }
         EventKind::Exstop { ip: at } => format!("exstop{}", ip(at)),
         EventKind::Mwait { ip: at, hints, ext } => format!("mwait {hints:x} {ext:x}{}", ip(at)),
-        EventKind::Pwre { state, sub_state, hw } => format!(
+        EventKind::Pwre(Pwre { state, sub_state, hw }) => format!(
             "pwre c{}.{}{}",
             state.wrapping_add(1) & 0xf,
             sub_state.wrapping_add(1) & 0xf,
             if hw { " hw" } else { "" }
         ),
-        EventKind::Pwrx { last, deepest, interrupt, store, autonomous } => format!(
+        EventKind::Pwrx(Pwrx { last, deepest, interrupt, store, autonomous }) => format!(
             "pwrx {}{}{}c{} (c{})",
             if interrupt { "int: " } else { "" },
             if store { "st: " } else { "" },

@@ -58,6 +58,51 @@ pub fn errstr(code: u32) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
+/// A power-state entry request (PWRE packet and event): the target C-state, hardware or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pwre {
+    /// Target C-state minus one (MWAIT hint encoding).
+    pub state: u8,
+    /// Target sub-state minus one.
+    pub sub_state: u8,
+    /// Hardware-initiated.
+    pub hw: bool,
+}
+
+/// A power-state exit (PWRX packet and event): the last and deepest C-state and the wake
+/// reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pwrx {
+    /// Last core C-state minus one.
+    pub last: u8,
+    /// Deepest core C-state minus one.
+    pub deepest: u8,
+    /// Woken by an interrupt.
+    pub interrupt: bool,
+    /// Woken by a store to the monitored address.
+    pub store: bool,
+    /// Woken autonomously (hardware).
+    pub autonomous: bool,
+}
+
+/// Our [`Pwre`]/[`Pwrx`] from libipt's packet or event payload (distinct C types with the
+/// same fields).
+macro_rules! power_state {
+    (pwre $p:expr) => {
+        $crate::intel_pt::Pwre { state: $p.state, sub_state: $p.sub_state, hw: $p.hw() != 0 }
+    };
+    (pwrx $p:expr) => {
+        $crate::intel_pt::Pwrx {
+            last: $p.last,
+            deepest: $p.deepest,
+            interrupt: $p.interrupt() != 0,
+            store: $p.store() != 0,
+            autonomous: $p.autonomous() != 0,
+        }
+    };
+}
+pub(crate) use power_state;
+
 /// One address range of the trace's IP filter (`IA32_RTIT_ADDRn_A/B` and `ADDRn_CFG`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddrFilter {

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 
 use libipt_sys as sys;
 
-use super::{DecoderConfig, PtError};
+use super::{DecoderConfig, PtError, Pwre, Pwrx, power_state};
 
 /// How an IP packet's payload relates to the last IP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,18 +97,8 @@ pub enum Packet {
         hints: u32,
         ext: u32,
     },
-    Pwre {
-        state: u8,
-        sub_state: u8,
-        hw: bool,
-    },
-    Pwrx {
-        last: u8,
-        deepest: u8,
-        interrupt: bool,
-        store: bool,
-        autonomous: bool,
-    },
+    Pwre(Pwre),
+    Pwrx(Pwrx),
     Ptw {
         plc: u8,
         payload: u64,
@@ -183,16 +173,8 @@ impl Packet {
                 sys::pt_packet_type_ppt_mnt => Packet::Mnt { payload: u.mnt.payload },
                 sys::pt_packet_type_ppt_exstop => Packet::Exstop { ip: u.exstop.ip() != 0 },
                 sys::pt_packet_type_ppt_mwait => Packet::Mwait { hints: u.mwait.hints, ext: u.mwait.ext },
-                sys::pt_packet_type_ppt_pwre => {
-                    Packet::Pwre { state: u.pwre.state, sub_state: u.pwre.sub_state, hw: u.pwre.hw() != 0 }
-                }
-                sys::pt_packet_type_ppt_pwrx => Packet::Pwrx {
-                    last: u.pwrx.last,
-                    deepest: u.pwrx.deepest,
-                    interrupt: u.pwrx.interrupt() != 0,
-                    store: u.pwrx.store() != 0,
-                    autonomous: u.pwrx.autonomous() != 0,
-                },
+                sys::pt_packet_type_ppt_pwre => Packet::Pwre(power_state!(pwre u.pwre)),
+                sys::pt_packet_type_ppt_pwrx => Packet::Pwrx(power_state!(pwrx u.pwrx)),
                 sys::pt_packet_type_ppt_ptw => {
                     Packet::Ptw { plc: u.ptw.plc, payload: u.ptw.payload, ip: u.ptw.ip() != 0 }
                 }
@@ -233,8 +215,8 @@ impl Packet {
             Packet::Mnt { .. } => "mnt",
             Packet::Exstop { .. } => "exstop",
             Packet::Mwait { .. } => "mwait",
-            Packet::Pwre { .. } => "pwre",
-            Packet::Pwrx { .. } => "pwrx",
+            Packet::Pwre(_) => "pwre",
+            Packet::Pwrx(_) => "pwrx",
             Packet::Ptw { .. } => "ptw",
             Packet::Cfe { .. } => "cfe",
             Packet::Evd { .. } => "evd",
@@ -349,7 +331,7 @@ fn columns(p: &Packet) -> (String, Option<String>) {
         Packet::Mnt { payload } => (format!("{payload:x}"), None),
         Packet::Exstop { ip } => (yes(*ip, "ip").to_owned(), None),
         Packet::Mwait { hints, ext } => (format!("{hints:08x}, {ext:08x}"), None),
-        Packet::Pwre { state, sub_state, hw } => (
+        Packet::Pwre(Pwre { state, sub_state, hw }) => (
             format!(
                 "c{}.{}{}",
                 (state.wrapping_add(1)) & 0xf,
@@ -358,7 +340,7 @@ fn columns(p: &Packet) -> (String, Option<String>) {
             ),
             None,
         ),
-        Packet::Pwrx { last, deepest, interrupt, store, autonomous } => {
+        Packet::Pwrx(Pwrx { last, deepest, interrupt, store, autonomous }) => {
             let wr = match (interrupt, store, autonomous) {
                 (true, false, false) => "int",
                 (false, true, false) => " st",
