@@ -17,6 +17,10 @@
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
 //!   [`weft_control::client::Collector`]).
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
+//! * [`capture`]: EXIST's on-demand bounded captures — so far the usage-aware allocator of
+//!   per-core AUX buffers within the node's budget ([`capture::alloc`]) and its live inputs,
+//!   per-core utilization and a process's recent cores read from `/proc` ([`capture::usage`]);
+//!   the capture controller is not built yet (`docs/captures.md`).
 //! * [`cli`]: the command line ([`cli::Args`], [`cli::run`]) of both `weft agent` and the lean
 //!   `weft-agent` binary of this package (no DataFusion, Arrow or UI in it).
 //!
@@ -26,6 +30,7 @@
 //! stream: it is already batched, compressed, bounded and acknowledged after the durable append.
 
 pub mod agent;
+pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod control;

@@ -22,13 +22,18 @@
 //! [`symbols`]: symbol tables (objdump, readelf, nm/kallsyms, ELF) for resolving addresses.
 //!
 //! Kernel capture (`perf`, Linux): perf_event_open tracepoints, syscalls, uprobes, per-CPU
-//! rings, EXIST scheduler records.
+//! rings, EXIST scheduler records, detection of the Intel PT PMU (`perf::pt`).
+//!
+//! Intel PT decoding (`intel_pt`, feature `intel-pt`, off by default: it builds Intel's libipt
+//! with cmake): packets, the instruction flow with its events, function calls and returns.
 
 #![warn(missing_docs)]
 
 pub mod ctf;
 pub mod drive;
 pub mod error;
+#[cfg(feature = "intel-pt")]
+pub mod intel_pt;
 pub mod parse;
 #[cfg(target_os = "linux")]
 pub mod perf;

@@ -1,6 +1,7 @@
 //! weft-agent integration tests (one binary).
 
 mod bin;
+mod capture;
 mod local;
 mod ship;
 mod spool;

@@ -13,6 +13,7 @@
 //! | [`capture`] | a whole capture: which events per CPU/task/cgroup, the drain loop, counters |
 //! | [`uprobe`] | `BINARY:FUNCTION` → file offset through the ELF symbol table |
 //! | [`exist`] | EXIST's compact 24-byte scheduler records: on-disk format, writer, reader |
+//! | [`pt`] | the `intel_pt` PMU EXIST's AUX captures open, or why this machine has none |
 //!
 //! Needs root (or `perf_event_paranoid` ≤ -1 with the capabilities): errors say so.
 
@@ -22,6 +23,7 @@ pub mod decode;
 pub mod error;
 pub mod exist;
 pub mod format;
+pub mod pt;
 pub mod record;
 pub mod ring;
 pub mod sys;

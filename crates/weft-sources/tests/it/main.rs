@@ -4,6 +4,8 @@
 mod ctf;
 mod fixtures;
 mod hostile;
+#[cfg(feature = "intel-pt")]
+mod intel_pt;
 #[cfg(target_os = "linux")]
 mod perf;
 mod props;

@@ -253,3 +253,41 @@ fn captures_the_tasks_of_a_cgroup_only() {
         _ => true,
     }));
 }
+
+/// Intel PT on this machine: where the kernel has no `intel_pt` PMU (this test machine is an
+/// AMD EPYC), opening it is a typed error that names the CPU and points to the software
+/// backend; where it has one, the PMU's type number is read.
+#[test]
+fn intel_pt_is_detected_or_refused_clearly() {
+    use weft_sources::perf::pt::{IntelPtPmu, NoIntelPt, PMU_DEVICES};
+    let dir = std::path::Path::new(PMU_DEVICES).join("intel_pt");
+    match IntelPtPmu::open() {
+        Ok(pmu) => {
+            assert!(dir.exists());
+            assert!(pmu.pmu_type > 0, "{pmu:?}");
+        }
+        Err(e @ NoIntelPt::Absent { .. }) => {
+            assert!(!dir.exists());
+            let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+            let model = cpuinfo
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .unwrap()
+                .trim_start_matches([' ', '\t', ':']);
+            let flag = cpuinfo.split_whitespace().any(|w| w == "intel_pt");
+            let why = if flag {
+                format!(
+                    "the CPU has the intel_pt flag but the kernel has no {} (CONFIG_PERF_EVENTS_INTEL_PT?)",
+                    dir.display()
+                )
+            } else {
+                format!("no intel_pt CPU flag, no {}", dir.display())
+            };
+            assert_eq!(
+                e.to_string(),
+                format!("this CPU has no Intel PT ({model}: {why}); use the software backend")
+            );
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
