@@ -206,15 +206,7 @@ mod tests {
     use weft_model::SpanId;
 
     fn trace(t: u128) -> Vec<Span> {
-        let s = |id: u64, parent: u64, name: &str| Span {
-            trace_id: TraceId::from_u128(t),
-            span_id: SpanId::from_u64(id),
-            parent_span_id: (parent != 0).then(|| SpanId::from_u64(parent)),
-            name: name.into(),
-            start_ns: id,
-            end_ns: 100 - id,
-            ..Span::default()
-        };
+        let s = |id, parent, name| crate::test_support::span(t, id, parent, name, id, 100 - id);
         vec![s(1, 0, "root"), s(2, 1, "a"), s(3, 2, "b")]
     }
 

@@ -85,3 +85,21 @@ pub enum Error {
     #[error("backend: {0}")]
     Backend(#[from] backend::BackendError),
 }
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use weft_model::{Span, SpanId, TraceId};
+
+    /// A span of trace `trace`: id `id`, parent `parent` (0: a root), [start, end].
+    pub(crate) fn span(trace: u128, id: u64, parent: u64, name: &str, start: u64, end: u64) -> Span {
+        Span {
+            trace_id: TraceId::from_u128(trace),
+            span_id: SpanId::from_u64(id),
+            parent_span_id: (parent != 0).then(|| SpanId::from_u64(parent)),
+            name: name.into(),
+            start_ns: start,
+            end_ns: end,
+            ..Span::default()
+        }
+    }
+}

@@ -68,12 +68,7 @@ mod tests {
     use weft_model::{KeyValue, SpanEvent, SpanId, Value};
 
     fn span(id: u64, parent: u64, name: &str) -> Span {
-        Span {
-            span_id: SpanId::from_u64(id),
-            parent_span_id: (parent != 0).then(|| SpanId::from_u64(parent)),
-            name: name.into(),
-            ..Span::default()
-        }
+        crate::test_support::span(1, id, parent, name, 0, 0)
     }
 
     #[test]

@@ -590,19 +590,10 @@ fn span_kind_name(k: SpanKind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weft_model::{SpanEvent, SpanId, TraceId};
+    use weft_model::{SpanEvent, SpanId};
 
     fn span(trace: u128, id: u64, parent: u64, name: &str, start: u64, end: u64, kind: SpanKind) -> Span {
-        Span {
-            trace_id: TraceId::from_u128(trace),
-            span_id: SpanId::from_u64(id),
-            parent_span_id: (parent != 0).then(|| SpanId::from_u64(parent)),
-            name: name.into(),
-            kind,
-            start_ns: start,
-            end_ns: end,
-            ..Span::default()
-        }
+        Span { kind, ..crate::test_support::span(trace, id, parent, name, start, end) }
     }
 
     fn trace(t: u128, b_end: u64) -> Vec<Span> {

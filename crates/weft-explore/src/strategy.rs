@@ -74,18 +74,12 @@ impl Strategy {
 mod tests {
     use super::*;
     use crate::space::Learner;
-    use weft_model::{Span, SpanId};
+    use crate::test_support::span;
+    use weft_model::Span;
 
     /// root ⊃ s ⊃ (a ⊃ (a0, a1, a2), b, c), sequential.
     fn trace() -> Vec<Span> {
-        let s = |id: u64, parent: u64, name: &str, start: u64, end: u64| Span {
-            span_id: SpanId::from_u64(id),
-            parent_span_id: (parent != 0).then(|| SpanId::from_u64(parent)),
-            name: name.into(),
-            start_ns: start,
-            end_ns: end,
-            ..Span::default()
-        };
+        let s = |id, parent, name, start, end| span(1, id, parent, name, start, end);
         vec![
             s(1, 0, "root", 0, 100),
             s(2, 1, "s", 1, 99),

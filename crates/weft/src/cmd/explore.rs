@@ -195,9 +195,10 @@ fn run_replay(a: RunArgs) -> anyhow::Result<()> {
         write(p, &serde_json::to_vec_pretty(&report)?)?;
     }
     eprintln!(
-        "{} epochs over {} traces: {} of {} tracepoints enabled beyond the {} always on; {} findings",
+        "{} epochs over {} traces ({} of other request types or over the cap unread): {} of {} tracepoints enabled beyond the {} always on; {} findings",
         report.epochs,
         backend.traces_seen(),
+        backend.dropped(),
         report.tracepoints_enabled,
         report.tracepoints_total,
         report.tracepoints_always_on,

@@ -23,22 +23,24 @@ fn learn_run_show_why() {
     let space = std::fs::read_to_string(dir.join("space.toml")).unwrap();
     assert!(space.contains("always_on") && space.contains(&problems.variance), "{space}");
 
-    let out = run_ok(&[
-        "explore",
-        "run",
-        "--replay",
-        &p("replay.pb"),
+    let (replay, space_file, state) = (p("replay.pb"), p("space.toml"), p("state"));
+    let run = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> =
+            ["explore", "run", "--replay", &replay, "--state", &state].map(String::from).into();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let args = run(&[
         "--space",
-        &p("space.toml"),
+        &space_file,
         "--traces-per-epoch",
         "100",
         "--report",
         &p("report.json"),
-        "--state",
-        &p("state"),
         "--max-epochs",
         "30",
     ]);
+    let out = run_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
@@ -72,19 +74,12 @@ fn learn_run_show_why() {
     assert!(why.contains("cart.load: always on") && why.contains("not enabled by weft explore"), "{why}");
 
     // Malformed inputs: named errors.
-    let e = run_err(&[
-        "explore",
-        "run",
-        "--replay",
-        &p("replay.pb"),
-        "--space",
-        &p("space.toml"),
-        "--request-type",
-        "PUT /nope",
-    ]);
+    let args = run(&["--space", &space_file, "--request-type", "PUT /nope"]);
+    let e = run_err(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(e.contains("request type \"PUT /nope\" is not in the search space"), "{e}");
     std::fs::write(dir.join("bad.toml"), space.replacen("bins = []", "bins = [3.0, 3.0]", 1)).unwrap();
-    let e = run_err(&["explore", "run", "--replay", &p("replay.pb"), "--space", &p("bad.toml")]);
+    let args = run(&["--space", &p("bad.toml")]);
+    let e = run_err(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(e.contains("bad.toml") && e.contains("keys[0].bins"), "{e}");
     let e = run_err(&["explore", "why", "00000000000000000000000000000abc", "--state", &p("state")]);
     assert!(e.contains("not a group representative"), "{e}");
