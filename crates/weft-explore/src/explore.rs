@@ -8,8 +8,8 @@
 //!    analyse ([`weft_analyze::vaif`]);
 //! 4. decide, per analysed group, largest variance first:
 //!    * principle 3: a key on the path that correlates with response time (|r| ≥
-//!      [`Options::key_r`], p < [`Options::key_p`]) is traced to the edge whose latency it
-//!      correlates with best (|r| ≥ [`Options::key_edge_r`]);
+//!      [`Options::key_r`], p < [`Options::key_p`]) is reported (the tree's `keys`) and traced
+//!      to the edge whose latency it correlates with best (|r| ≥ [`Options::key_edge_r`]);
 //!    * principle 1: a high-variance group's edges by share of variance (at least
 //!      [`Options::min_share`], at most three, edges claimed by a key excepted);
 //!    * principle 2: a consistently slow group's edge of largest mean latency;
@@ -40,8 +40,8 @@ use weft_model::{Span, Value};
 use crate::Error;
 use crate::backend::{Backend, Window};
 use crate::forest::{
-    EdgeSummary, Finding, Forest, GroupSummary, Hypothesis, MAX_EDGES_PER_GROUP, MAX_GROUPS_PER_NODE, Node,
-    Principle, Tree,
+    EdgeSummary, Finding, Forest, GroupSummary, Hypothesis, KeyLevel, KeyReport, MAX_EDGES_PER_GROUP,
+    MAX_GROUPS_PER_NODE, Node, Principle, Tree,
 };
 use crate::project::Visibility;
 use crate::space::{SearchSpace, matches_any, unit_of};
@@ -125,6 +125,8 @@ pub struct Report {
     pub request_types: Vec<TypeReport>,
     /// Localized problems.
     pub findings: Vec<Finding>,
+    /// Keys that correlated with response time (principle 3), as last seen.
+    pub keys: Vec<KeyReport>,
 }
 
 /// One request type's outcome.
@@ -303,6 +305,7 @@ impl<'s> Explorer<'s> {
                 })
                 .collect(),
             findings: self.forest.findings().cloned().collect(),
+            keys: self.forest.trees.values().flat_map(|t| t.keys.iter().cloned()).collect(),
         }
     }
 
@@ -331,26 +334,37 @@ impl<'s> Explorer<'s> {
         if tree.root.is_none() {
             tree.root = Some(node(window.epoch, &traces.iter().collect::<Vec<_>>(), config)?);
         }
+        let mut keys = Vec::new();
         for part in partition_by_bins(self.space, &traces) {
             let part: Vec<&Vec<Span>> = part.into_iter().map(|i| &traces[i]).collect();
             let grouping = group(&part);
-            let analysis = analyze(&grouping, config)?;
-            self.decide(rt, &part, &grouping, &analysis, out)?;
+            let analysis = analyze(&grouping, &self.options.config)?;
+            keys.extend(self.decide(rt, window.epoch, &part, &grouping, &analysis, out)?);
+        }
+        if let Some(tree) = self.forest.trees.get_mut(rt) {
+            for k in keys {
+                match tree.keys.iter_mut().find(|o| (&o.tracepoint, &o.key) == (&k.tracepoint, &k.key)) {
+                    Some(o) => *o = k,
+                    None => tree.keys.push(k),
+                }
+            }
         }
         Ok(())
     }
 
-    /// Step 4 for one partition's groups.
+    /// Step 4 for one partition's groups; returns the keys that correlated.
     fn decide(
         &self,
         rt: &str,
+        epoch: u64,
         traces: &[&Vec<Span>],
         grouping: &Grouping,
         analysis: &Analysis,
         out: &mut Vec<Candidate>,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<KeyReport>, Error> {
         let o = &self.options;
-        let Some(st) = self.state.get(rt) else { return Ok(()) };
+        let mut keys = Vec::new();
+        let Some(st) = self.state.get(rt) else { return Ok(keys) };
         let vis = Visibility { always_on: &self.space.always_on, enabled: &st.enabled };
         for gs in &analysis.groups {
             let Some(g) = grouping.groups.get(gs.group) else { continue };
@@ -362,6 +376,25 @@ impl<'s> Explorer<'s> {
                 .into_iter()
                 .filter(|k| k.pearson.is_some_and(|c| c.r.abs() >= o.key_r && c.p_value < o.key_p))
             {
+                keys.push(KeyReport {
+                    tracepoint: kc.tracepoint.clone(),
+                    key: kc.key.clone(),
+                    pearson: kc.pearson.map_or(0.0, |c| c.r),
+                    p_value: kc.pearson.map_or(1.0, |c| c.p_value),
+                    spearman: kc.spearman.map(|c| c.r),
+                    traces: kc.traces,
+                    group: g.representative.to_string(),
+                    epoch,
+                    levels: kc
+                        .levels
+                        .iter()
+                        .map(|l| KeyLevel {
+                            label: l.label.clone(),
+                            count: l.count,
+                            mean_response_ns: l.mean_response_ns,
+                        })
+                        .collect(),
+                });
                 let values: Vec<Option<f64>> = g
                     .members
                     .iter()
@@ -426,7 +459,7 @@ impl<'s> Explorer<'s> {
                 });
             }
         }
-        Ok(())
+        Ok(keys)
     }
 
     /// Step 5, and the findings.

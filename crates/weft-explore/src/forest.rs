@@ -162,6 +162,40 @@ pub struct Finding {
     pub enabled: usize,
 }
 
+/// Requests sharing a key's value or bin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyLevel {
+    /// The value, or the bin (`< a`, `[a, b)`, `>= b`).
+    pub label: String,
+    /// Members in it.
+    pub count: usize,
+    /// Their mean response time, ns.
+    pub mean_response_ns: f64,
+}
+
+/// A key that correlated with response time within a group (principle 3), as last seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KeyReport {
+    /// The tracepoint exposing it.
+    pub tracepoint: String,
+    /// The attribute key.
+    pub key: String,
+    /// Pearson's r with response time.
+    pub pearson: f64,
+    /// Its two-sided p-value.
+    pub p_value: f64,
+    /// Spearman's ρ.
+    pub spearman: Option<f64>,
+    /// Members with the key.
+    pub traces: usize,
+    /// The group's representative trace (hex id).
+    pub group: String,
+    /// The epoch.
+    pub epoch: u64,
+    /// Mean response time per bin (keys with bins in the search space).
+    pub levels: Vec<KeyLevel>,
+}
+
 /// One request type's tree.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Tree {
@@ -175,6 +209,9 @@ pub struct Tree {
     pub hypotheses: Vec<Hypothesis>,
     /// Localized problems.
     pub findings: Vec<Finding>,
+    /// Keys correlating with response time.
+    #[serde(default)]
+    pub keys: Vec<KeyReport>,
     /// Whether the loop is done with it.
     pub done: bool,
 }
@@ -277,6 +314,24 @@ impl Forest {
                 if let Some(v) = kids.get(&Some(h.id)) {
                     stack.extend(v.iter().rev().map(|c| (*c, level + 1)));
                 }
+            }
+            for k in &t.keys {
+                let levels: Vec<String> = k
+                    .levels
+                    .iter()
+                    .map(|l| format!("{}: {} × {:.3} ms", l.label, l.count, l.mean_response_ns / 1e6))
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  key {} of {} (epoch {}): r = {:.2} (p = {:.1e}) with response time over {} traces{}",
+                    k.key,
+                    k.tracepoint,
+                    k.epoch,
+                    k.pearson,
+                    k.p_value,
+                    k.traces,
+                    if levels.is_empty() { String::new() } else { format!("; {}", levels.join(", ")) }
+                );
             }
             for f in &t.findings {
                 let _ = writeln!(

@@ -95,6 +95,25 @@ fn localizes_each_problem_by_its_principle() {
         "{} enabled of {beyond} not always on",
         report.tracepoints_enabled
     );
+    // Principle 3 reported the key (and nothing for the quiet type's random one).
+    assert!(
+        report.keys.iter().any(|k| k.key == KEY && k.tracepoint == CHECKOUT && k.pearson > 0.5),
+        "{:?}",
+        report.keys
+    );
+    assert!(report.keys.iter().all(|k| k.tracepoint != CATALOG), "{:?}", report.keys);
+    // Every hypothesis got its + and ~ nodes from the next epoch's 80 checkouts; the slow
+    // path's tracepoints are only in its 4 rare traces.
+    let tree = &forest.trees[CHECKOUT];
+    for h in &tree.hypotheses {
+        let (Some(with), Some(without)) = (&h.with, &h.without) else {
+            panic!("hypothesis #{} not evaluated", h.id)
+        };
+        assert_eq!((with.epoch, with.traces + without.traces), (h.epoch + 1, 80), "#{}", h.id);
+        if h.principle == Principle::Slow {
+            assert_eq!(with.traces, 4, "#{}", h.id);
+        }
+    }
     // The forest was saved; it reads back and explains the enabled tracepoints.
     let saved = Forest::load(&dir).unwrap();
     assert_eq!(saved, forest);
