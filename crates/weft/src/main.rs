@@ -75,6 +75,8 @@ enum Command {
     Agent(weft_agent::cli::Args),
     /// List, enable or disable the weft-probe tracepoints of local processes.
     Probes(cmd::probes::Args),
+    /// VAIF's loop: learn a search space, run (replay), show the hypothesis forest, why.
+    Explore(cmd::explore::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -94,6 +96,7 @@ fn main() -> std::process::ExitCode {
         Command::Breakdown(a) => cmd::breakdown::run(a),
         Command::Agent(a) => weft_agent::cli::run(a),
         Command::Probes(a) => cmd::probes::run(a),
+        Command::Explore(a) => cmd::explore::run(a),
     };
     weft_cli::exit_code(result)
 }

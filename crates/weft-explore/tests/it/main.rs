@@ -1,0 +1,3 @@
+//! weft-explore's integration tests: the loop in replay against generated ground truth.
+
+mod replay;

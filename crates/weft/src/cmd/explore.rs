@@ -1,0 +1,248 @@
+//! `weft explore`: VAIF's control loop — learn a search space from an exhaustive run, run the
+//! loop (in replay over exhaustive trace files), show the hypothesis forest, and say why a
+//! trace's tracepoints are on. The work is `weft_explore`'s; see docs/explore.md.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use weft_analyze::vaif::Config;
+use weft_explore::backend::{Replay, read_traces};
+use weft_explore::explore::{Budget, Explorer, Options};
+use weft_explore::forest::Forest;
+use weft_explore::space::{Learner, SearchSpace};
+use weft_explore::strategy::Strategy;
+use weft_model::TraceId;
+
+/// What to do.
+#[derive(clap::Subcommand, Debug)]
+pub enum Action {
+    /// Learn a search space from exhaustive traces (every tracepoint on) and write it as TOML.
+    Learn(LearnArgs),
+    /// Run the loop. Today: in replay over exhaustive traces (`--replay`).
+    Run(Box<RunArgs>),
+    /// Print the hypothesis forest of the state directory.
+    Show(StateArgs),
+    /// Why each tracepoint of a trace is on.
+    Why(WhyArgs),
+}
+
+/// Arguments of `weft explore`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+/// `weft explore learn`.
+#[derive(clap::Args, Debug)]
+pub struct LearnArgs {
+    /// Exhaustive trace files (OTLP JSON/protobuf, Zipkin, Jaeger; detected).
+    #[arg(required = true)]
+    pub traces: Vec<PathBuf>,
+    /// Where to write the search space.
+    #[arg(long, short = 'o', default_value = "search-space.toml")]
+    pub out: PathBuf,
+}
+
+/// The state directory.
+#[derive(clap::Args, Debug)]
+pub struct StateArgs {
+    /// The explore state directory (holds forest.json).
+    #[arg(long, default_value = "weft-explore")]
+    pub state: PathBuf,
+}
+
+/// `weft explore why`.
+#[derive(clap::Args, Debug)]
+pub struct WhyArgs {
+    /// The trace (hex id).
+    pub trace_id: String,
+    /// Trace files to find it in; without, it must be a group representative in the forest.
+    #[arg(long = "traces", value_name = "FILE")]
+    pub traces: Vec<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+/// `weft explore run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Replay these exhaustive trace files: epoch k sees the next --traces-per-epoch traces
+    /// with only the tracepoints enabled at that moment.
+    #[arg(long, required = true, num_args = 1.., value_name = "TRACES")]
+    pub replay: Vec<PathBuf>,
+    /// Learn the search space from these exhaustive traces (default: the replayed ones).
+    #[arg(long, num_args = 1.., value_name = "TRACES", conflicts_with = "space")]
+    pub learn: Vec<PathBuf>,
+    /// A search-space file (from `weft explore learn`, possibly edited).
+    #[arg(long)]
+    pub space: Option<PathBuf>,
+    /// Request types (root span names) with problems (repeatable; default: all).
+    #[arg(long = "request-type", value_name = "NAME")]
+    pub request_types: Vec<String>,
+    /// Always-on tracepoints (globs), replacing the search space's set (roots, SERVER and
+    /// CLIENT spans).
+    #[arg(long = "always-on", num_args = 1.., value_name = "GLOB")]
+    pub always_on: Vec<String>,
+    /// Traces per replay epoch.
+    #[arg(long, default_value_t = 100)]
+    pub traces_per_epoch: usize,
+    /// Tracepoints enabled per epoch at most.
+    #[arg(long, default_value_t = 3)]
+    pub tracepoints_per_epoch: usize,
+    /// Epoch length (live runs).
+    #[arg(long, default_value = "120s", value_parser = weft_cli::units::parse_duration)]
+    pub epoch: Duration,
+    /// Congestion check interval within an epoch (live runs).
+    #[arg(long, default_value = "20s", value_parser = weft_cli::units::parse_duration)]
+    pub check_interval: Duration,
+    /// Stop after this many epochs.
+    #[arg(long)]
+    pub max_epochs: Option<u64>,
+    /// CV threshold of a predictable group.
+    #[arg(long, default_value_t = 0.10)]
+    pub cv: f64,
+    /// Percentile of response times above which a predictable group is consistently slow.
+    #[arg(long, default_value_t = 95.0)]
+    pub cs_percentile: f64,
+    /// `hierarchical` or `flat`.
+    #[arg(long, default_value = "hierarchical", value_parser = parse_strategy)]
+    pub strategy: Strategy,
+    /// Write the run's report (JSON) here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+fn parse_strategy(s: &str) -> Result<Strategy, String> {
+    match s {
+        "hierarchical" => Ok(Strategy::Hierarchical),
+        "flat" => Ok(Strategy::Flat),
+        _ => Err(format!("{s:?}: expected hierarchical or flat")),
+    }
+}
+
+/// Runs `weft explore`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.action {
+        Action::Learn(a) => learn(a),
+        Action::Run(a) => run_replay(*a),
+        Action::Show(a) => {
+            print!("{}", Forest::load(&a.state)?.render());
+            Ok(())
+        }
+        Action::Why(a) => why(a),
+    }
+}
+
+fn learn_from(paths: &[PathBuf]) -> anyhow::Result<SearchSpace> {
+    let mut l = Learner::default();
+    for t in read_traces(paths)? {
+        l.add(&t)?;
+    }
+    Ok(l.finish()?)
+}
+
+fn learn(a: LearnArgs) -> anyhow::Result<()> {
+    let space = learn_from(&a.traces)?;
+    write(&a.out, space.to_toml().as_bytes())?;
+    eprintln!(
+        "{}: {} tracepoints ({} always on), {} request types, {} potential paths, {} keys",
+        a.out.display(),
+        space.tracepoints.len(),
+        space.always_on.len(),
+        space.request_types.len(),
+        space.paths.len(),
+        space.keys.len()
+    );
+    Ok(())
+}
+
+fn run_replay(a: RunArgs) -> anyhow::Result<()> {
+    let mut space = match &a.space {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+            SearchSpace::parse(&text, &p.display().to_string())?
+        }
+        None => learn_from(if a.learn.is_empty() { &a.replay } else { &a.learn })?,
+    };
+    if !a.always_on.is_empty() {
+        space.always_on = a.always_on.clone();
+        space.validate("--always-on")?;
+    }
+    let traces = read_traces(&a.replay)?;
+    let known: BTreeSet<String> = space.tracepoints.iter().map(|t| t.name.clone()).collect();
+    let mut backend = Replay::new(traces.into_iter(), a.traces_per_epoch, space.always_on.clone(), known);
+    let options = Options {
+        config: Config { cv_threshold: a.cv, cs_percentile: a.cs_percentile, ..Config::default() },
+        budget: Budget {
+            tracepoints_per_epoch: a.tracepoints_per_epoch,
+            epoch: a.epoch,
+            check_interval: a.check_interval,
+            traces_per_epoch: a.traces_per_epoch.max(1),
+        },
+        strategy: a.strategy,
+        request_types: a.request_types.clone(),
+        max_epochs: a.max_epochs,
+        ..Options::default()
+    };
+    let mut explorer = Explorer::new(&space, options)?.with_state_dir(a.state.state.clone());
+    let report = explorer.run(&mut backend)?;
+    if let Some(p) = &a.report {
+        write(p, &serde_json::to_vec_pretty(&report)?)?;
+    }
+    eprintln!(
+        "{} epochs over {} traces ({} of other request types or over the cap unread): {} of {} tracepoints enabled beyond the {} always on; {} findings",
+        report.epochs,
+        backend.traces_seen(),
+        backend.dropped(),
+        report.tracepoints_enabled,
+        report.tracepoints_total,
+        report.tracepoints_always_on,
+        report.findings.len()
+    );
+    for f in &report.findings {
+        println!("{} [{}]: {}", f.request_type, f.principle.as_str(), f.tracepoints.join(" ⊂ "));
+    }
+    Ok(())
+}
+
+fn why(a: WhyArgs) -> anyhow::Result<()> {
+    let forest = Forest::load(&a.state.state)?;
+    let id: TraceId = a.trace_id.parse().with_context(|| format!("{:?} is not a trace id", a.trace_id))?;
+    let lines = if a.traces.is_empty() {
+        let Some((rt, path)) = forest.representative(&id.to_string()) else {
+            bail!(
+                "trace {id} is not a group representative in the forest; give --traces FILE to read it from"
+            );
+        };
+        forest.explain(rt, path.iter().map(String::as_str))
+    } else {
+        let traces = read_traces(&a.traces)?;
+        let Some(spans) = traces.iter().find(|t| t.first().is_some_and(|s| s.trace_id == id)) else {
+            bail!("trace {id} is not in the files given");
+        };
+        let Some(root) = spans.iter().find(|s| s.parent_span_id.is_none()) else {
+            bail!("trace {id} has no root span");
+        };
+        let names: Vec<String> = spans
+            .iter()
+            .flat_map(|s| {
+                std::iter::once(s.name.to_string())
+                    .chain(s.events.iter().map(|e| format!("{}/{}", s.name, e.name)))
+            })
+            .collect();
+        forest.explain(&root.name, names.iter().map(String::as_str))
+    };
+    for l in lines {
+        println!("{l}");
+    }
+    Ok(())
+}
+
+fn write(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
