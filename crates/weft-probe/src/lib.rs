@@ -28,8 +28,9 @@
 //! * Switches: [`enable`], [`disable`], [`force_disable`] over a [`Selector`] (exact name, glob,
 //!   group, level). Always-on tracepoints (`flags = [always_on]`) ignore plain disables. At
 //!   start, `WEFT_PROBE_ENABLE` / `WEFT_PROBE_DISABLE` (comma-separated selectors) apply.
-//! * Disabled cost: [`Tracepoint::enabled`] is one relaxed load of a byte and a branch; the
-//!   recording path is a separate `#[cold]` function, so nothing else is inlined at the site.
+//! * Disabled cost: [`Tracepoint::active`] (enabled, or a live query installed) is one relaxed
+//!   load of a byte and a branch; the recording path is a separate `#[cold]` function, so
+//!   nothing else is inlined at the site.
 //! * Enabled events go into the calling thread's ring ([`layout`]) without locks or allocation,
 //!   timestamped from the TSC ([`clock`]). A full ring drops the record and counts it.
 //! * Spans ([`Span`], [`span!`]): begin/end records, per-thread parent/child context, Zipkin

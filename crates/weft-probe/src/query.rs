@@ -40,8 +40,12 @@
 //! * Per-thread state is a bounded open-addressing table; a full table drops the event and
 //!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
 //!   quantile sketch) take one table entry per (group, bucket) hit.
-//! * While [`collect`] swaps a thread's table (a pointer swap under a per-thread flag), events
-//!   of that thread are dropped and counted as `busy`.
+//! * A thread takes its own table with plain stores and a compiler fence where the process
+//!   could register for Linux's `membarrier` (the collector then pays the fence; see
+//!   [`asymmetric`]), with a compare-exchange otherwise. While [`collect`] swaps a thread's
+//!   table for an empty one, that thread's events are dropped and counted as `busy`.
+//! * A filter that is one comparison of an integer field (or none) is evaluated from a copy in
+//!   the thread's own list, before anything else of the query is touched.
 //! * `comm` and `host` are read at a thread's first event after an install (a later rename of
 //!   the thread is not seen until the next install or detach).
 
@@ -210,8 +214,10 @@ pub struct Plan {
 
 /// Most group keys a plan may have.
 pub const MAX_KEYS: usize = 4;
-/// Bytes of an encoded group key (a scalar takes 9, a string `2 + 48`).
+/// Bytes of an encoded group key: 8 of type tags, 8 per scalar key, 48 per string key.
 pub const KEY_BYTES: usize = 128;
+const KEY_WORDS: usize = KEY_BYTES / 8;
+const STR_WORDS: usize = KEY_STR_MAX / 8;
 /// Most aggregates a plan may have.
 pub const MAX_AGGS: usize = 8;
 /// Most filter operations (comparisons and connectives) a plan may have.
@@ -268,8 +274,12 @@ enum Op {
 
 #[derive(Debug)]
 struct Compiled {
+    /// The filter in postfix (one comparison is evaluated without the stack; see [`Fast`]).
     ops: Vec<Op>,
-    keys: Vec<(Src, KeyClass)>,
+    keys: Vec<Src>,
+    /// Some aggregate reads an input / keeps scalar cells.
+    has_inputs: bool,
+    has_scalars: bool,
     aggs: Vec<(AggKind, Option<Src>)>,
     /// Cells of a group's scalar entry (avg takes 2).
     cells: usize,
@@ -389,7 +399,7 @@ impl Compiler<'_> {
             return Err(PlanError::TooLarge(format!("{} group keys, at most {MAX_KEYS}", plan.keys.len())));
         }
         let mut keys = Vec::new();
-        let mut key_bytes = 0;
+        let mut key_bytes = 8;
         for k in &plan.keys {
             let src = self.resolve(k)?;
             let class = match src_type(self.schema, src).as_deref() {
@@ -397,13 +407,13 @@ impl Compiler<'_> {
                 Some(_) => KeyClass::Scalar,
                 None => KeyClass::Str,
             };
-            key_bytes += if class == KeyClass::Str { 2 + KEY_STR_MAX } else { 9 };
-            keys.push((src, class));
+            key_bytes += if class == KeyClass::Str { KEY_STR_MAX } else { 8 };
+            keys.push(src);
         }
         if key_bytes > KEY_BYTES {
             return Err(PlanError::TooLarge(format!(
-                "group keys take up to {key_bytes} bytes, at most {KEY_BYTES} (a string key takes {})",
-                2 + KEY_STR_MAX
+                "group keys take up to {key_bytes} bytes, at most {KEY_BYTES} (8 of tags, a string key takes {})",
+                KEY_STR_MAX
             )));
         }
         if plan.aggs.is_empty() || plan.aggs.len() > MAX_AGGS {
@@ -442,7 +452,9 @@ impl Compiler<'_> {
             aggs.push((a.kind, src));
         }
         let capacity = plan.capacity.clamp(16, MAX_CAPACITY).next_power_of_two();
-        Ok(Compiled { ops, keys, aggs, cells: cells.max(1), capacity })
+        let has_inputs = aggs.iter().any(|(_, s)| s.is_some());
+        let has_scalars = aggs.iter().any(|(k, _)| !k.bucketed());
+        Ok(Compiled { ops, keys, has_inputs, has_scalars, aggs, cells: cells.max(1), capacity })
     }
 }
 
@@ -491,25 +503,16 @@ fn read<'a, F: Fields>(src: Src, ev: &'a F, ctx: &'a ThreadCtx) -> Option<Val<'a
 
 /// Evaluate the filter: `Some(pass)`, or `None` when a value had an unexpected type.
 #[inline(always)]
-fn eval<F: Fields>(ops: &[Op], ev: &F, ctx: &ThreadCtx) -> Option<bool> {
+fn eval<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) -> Option<bool> {
+    if let [Op::Cmp(src, test)] = c.ops.as_slice() {
+        return compare(*src, test, ev, ctx);
+    }
     let mut stack = [false; MAX_FILTER_OPS];
     let mut sp = 0usize;
-    for op in ops {
+    for op in &c.ops {
         let v = match op {
             Op::Const(b) => *b,
-            Op::Cmp(src, test) => {
-                let v = read(*src, ev, ctx)?;
-                match (test, &v) {
-                    (Test::Int(op, c), Val::Int(x)) => op.test(x, c),
-                    (Test::Float(op, c), Val::Float(x)) => op.test(x, c),
-                    (Test::Float(op, c), Val::Int(x)) => op.test(&(*x as f64), c),
-                    (Test::Int(op, c), Val::Float(x)) => op.test(x, &(*c as f64)),
-                    (Test::Bool(op, c), Val::Bool(x)) => op.test(x, c),
-                    (Test::Bytes(op, c), Val::Bytes(x)) => op.test(*x, &**c),
-                    (Test::Bytes(op, c), Val::Trace(x)) => op.test(&x[..], &**c),
-                    _ => return None,
-                }
-            }
+            Op::Cmp(src, test) => compare(*src, test, ev, ctx)?,
             Op::Not => {
                 let a = *stack.get(sp.checked_sub(1)?)?;
                 sp -= 1;
@@ -528,71 +531,89 @@ fn eval<F: Fields>(ops: &[Op], ev: &F, ctx: &ThreadCtx) -> Option<bool> {
     if sp == 0 { Some(true) } else { stack.get(sp - 1).copied() }
 }
 
-/// Encode the group key; `None` on a type mismatch.
 #[inline(always)]
-fn encode_key<F: Fields>(
-    keys: &[(Src, KeyClass)],
-    ev: &F,
-    ctx: &ThreadCtx,
-    out: &mut [u8; KEY_BYTES],
-) -> Option<usize> {
-    let mut n = 0usize;
-    for (src, _) in keys {
+fn compare<F: Fields>(src: Src, test: &Test, ev: &F, ctx: &ThreadCtx) -> Option<bool> {
+    let v = read(src, ev, ctx)?;
+    Some(match (test, &v) {
+        (Test::Int(op, c), Val::Int(x)) => op.test(x, c),
+        (Test::Float(op, c), Val::Float(x)) => op.test(x, c),
+        (Test::Float(op, c), Val::Int(x)) => op.test(&(*x as f64), c),
+        (Test::Int(op, c), Val::Float(x)) => op.test(x, &(*c as f64)),
+        (Test::Bool(op, c), Val::Bool(x)) => op.test(x, c),
+        (Test::Bytes(op, c), Val::Bytes(x)) => op.test(*x, &**c),
+        (Test::Bytes(op, c), Val::Trace(x)) => op.test(&x[..], &**c),
+        _ => return None,
+    })
+}
+
+/// Encode the group key into words (word 0: a 16-bit tag per key — type in the low 3 bits,
+/// string length above —, then one word per scalar and up to 6 per string); returns the words
+/// used, `None` on a type mismatch.
+#[inline(always)]
+fn encode_key<F: Fields>(keys: &[Src], ev: &F, ctx: &ThreadCtx, out: &mut [u64; KEY_WORDS]) -> Option<usize> {
+    let mut n = 1usize;
+    let mut tags = 0u64;
+    for (j, src) in keys.iter().enumerate() {
         let v = read(*src, ev, ctx)?;
-        let (tag, bytes): (u8, &[u8]) = match &v {
-            Val::Bytes(b) => (4, &b[..b.len().min(KEY_STR_MAX)]),
-            Val::Trace(t) => (4, &t[..]),
-            _ => (0, &[]),
-        };
-        if tag == 4 {
-            let end = n + 2 + bytes.len();
-            let dst = out.get_mut(n..end)?;
-            dst[0] = 4;
-            dst[1] = bytes.len() as u8;
-            dst[2..].copy_from_slice(bytes);
-            n = end;
-            continue;
-        }
         let (tag, bits) = match v {
-            Val::Int(x) if x < 0 => (0u8, x as i64 as u64),
+            Val::Int(x) if x < 0 => (0u64, x as i64 as u64),
             Val::Int(x) => (1, x as u64),
             Val::Float(f) => (2, f.to_bits()),
             Val::Bool(b) => (3, b as u64),
-            Val::Bytes(_) | Val::Trace(_) => return None,
+            Val::Bytes(b) => {
+                let b = &b[..b.len().min(KEY_STR_MAX)];
+                n = put_str(out, n, b)?;
+                tags |= (4 | (b.len() as u64) << 3) << (16 * j);
+                continue;
+            }
+            Val::Trace(t) => {
+                n = put_str(out, n, &t)?;
+                tags |= (4 | 16 << 3) << (16 * j);
+                continue;
+            }
         };
-        let dst = out.get_mut(n..n + 9)?;
-        dst[0] = tag;
-        dst[1..].copy_from_slice(&bits.to_le_bytes());
-        n += 9;
+        *out.get_mut(n)? = bits;
+        n += 1;
+        tags |= tag << (16 * j);
+    }
+    out[0] = tags;
+    Some(n)
+}
+
+#[inline(always)]
+fn put_str(out: &mut [u64; KEY_WORDS], mut n: usize, b: &[u8]) -> Option<usize> {
+    for c in b.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        *out.get_mut(n)? = u64::from_le_bytes(w);
+        n += 1;
     }
     Some(n)
 }
 
-fn decode_key(b: &[u8]) -> Vec<KeyValue> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            4 => {
-                let n = b.get(i + 1).copied().unwrap_or(0) as usize;
-                let end = (i + 2 + n).min(b.len());
-                out.push(KeyValue::Str(b[(i + 2).min(end)..end].to_vec()));
-                i = end;
-            }
-            tag => {
-                let mut w = [0u8; 8];
-                let end = (i + 9).min(b.len());
-                w[..end - i - 1].copy_from_slice(&b[i + 1..end]);
-                let bits = u64::from_le_bytes(w);
-                out.push(match tag {
-                    0 => KeyValue::Int(bits as i64),
-                    1 => KeyValue::Uint(bits),
-                    2 => KeyValue::Float(bits),
-                    _ => KeyValue::Bool(bits != 0),
-                });
-                i = end;
-            }
+fn decode_key(words: &[u64], nkeys: usize) -> Vec<KeyValue> {
+    let tags = words.first().copied().unwrap_or(0);
+    let mut out = Vec::with_capacity(nkeys);
+    let mut n = 1;
+    for j in 0..nkeys {
+        let t = (tags >> (16 * j)) & 0xffff;
+        if t & 7 == 4 {
+            let len = ((t >> 3) as usize).min(STR_WORDS * 8);
+            let nw = len.div_ceil(8);
+            let mut bytes: Vec<u8> = words.iter().skip(n).take(nw).flat_map(|w| w.to_le_bytes()).collect();
+            bytes.truncate(len);
+            out.push(KeyValue::Str(bytes));
+            n += nw;
+            continue;
         }
+        let bits = words.get(n).copied().unwrap_or(0);
+        n += 1;
+        out.push(match t & 7 {
+            0 => KeyValue::Int(bits as i64),
+            1 => KeyValue::Uint(bits),
+            2 => KeyValue::Float(bits),
+            _ => KeyValue::Bool(bits != 0),
+        });
     }
     out
 }
@@ -612,7 +633,7 @@ struct Meta {
 
 struct Table {
     meta: Box<[Meta]>,
-    keys: Box<[[u8; KEY_BYTES]]>,
+    keys: Box<[[u64; KEY_WORDS]]>,
     cells: Box<[i128]>,
     stride: usize,
     used: usize,
@@ -624,7 +645,7 @@ impl Table {
     fn new(c: &Compiled) -> Table {
         Table {
             meta: vec![Meta::default(); c.capacity].into_boxed_slice(),
-            keys: vec![[0u8; KEY_BYTES]; c.capacity].into_boxed_slice(),
+            keys: vec![[0u64; KEY_WORDS]; c.capacity].into_boxed_slice(),
             cells: vec![0i128; c.capacity * c.cells].into_boxed_slice(),
             stride: c.cells,
             used: 0,
@@ -638,7 +659,7 @@ impl Table {
     #[inline]
     fn entry(
         &mut self,
-        key: &[u8],
+        key: &[u64],
         tag: u8,
         bucket: i32,
         init: impl FnOnce(&mut [i128]),
@@ -659,7 +680,10 @@ impl Table {
                 init(cells);
                 return Some(cells);
             }
-            if m.hash == h && m.tag == tag && m.bucket == bucket && &self.keys[i][..m.key_len as usize] == key
+            if m.hash == h
+                && m.tag == tag
+                && m.bucket == bucket
+                && words_eq(&self.keys[i][..m.key_len as usize], key)
             {
                 return Some(&mut self.cells[i * self.stride..(i + 1) * self.stride]);
             }
@@ -673,7 +697,7 @@ impl Table {
             if m.hash == 0 {
                 continue;
             }
-            let key = decode_key(&self.keys[i][..m.key_len as usize]);
+            let key = decode_key(&self.keys[i][..m.key_len as usize], c.keys.len());
             let states =
                 p.groups.entry(key).or_insert_with(|| c.aggs.iter().map(|(k, _)| k.empty()).collect());
             let cells = &self.cells[i * self.stride..(i + 1) * self.stride];
@@ -701,62 +725,144 @@ impl Table {
     }
 }
 
-#[inline]
-fn hash(key: &[u8], tag: u8, bucket: i32) -> u64 {
+#[inline(always)]
+fn hash(key: &[u64], tag: u8, bucket: i32) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = (tag as u64) << 32 ^ bucket as u32 as u64;
-    let mut chunks = key.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut w = [0u8; 8];
-        w[..rest.len()].copy_from_slice(rest);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(w) ^ (rest.len() as u64) << 56).wrapping_mul(K);
+    let mut h = ((tag as u64) << 32 ^ bucket as u32 as u64).wrapping_mul(K);
+    for w in key {
+        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
     }
     (h ^ h >> 29) | 1
 }
 
-/// One thread's partial of one query: the table, behind a flag the owner thread takes with one
-/// compare-exchange (never waiting) and the collector takes to swap the table out.
+#[inline(always)]
+fn words_eq(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// One thread's partial of one query: the table, which the owner thread takes for an update
+/// without waiting and the collector takes to swap it out.
+///
+/// Two protocols, chosen once before the first install ([`ASYMMETRIC`]):
+/// * asymmetric (Linux `membarrier`, registered for the process): the owner marks `busy` with a
+///   plain store, a compiler fence, and backs off if `collecting` is set; the collector sets
+///   `collecting`, runs `membarrier` (a full fence on every thread of the process, which makes
+///   the owner's compiler fence a real one), then waits for `busy` to clear. No atomic
+///   read-modify-write on the traced thread.
+/// * otherwise: both sides take `busy` with a compare-exchange.
 struct ThreadPartial {
     busy: AtomicBool,
+    collecting: AtomicBool,
     table: UnsafeCell<Table>,
     /// Events dropped because the collector held the table.
     skipped: AtomicU64,
 }
 
-// SAFETY: `table` is only touched by whoever holds `busy` (acquire/release).
+// SAFETY: `table` is only touched by whoever holds it under the protocol above.
 unsafe impl Sync for ThreadPartial {}
 // SAFETY: as above; Table owns plain data.
 unsafe impl Send for ThreadPartial {}
 
+/// The asymmetric protocol is in use (set before the first query is published, never changed).
+static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+static PROTOCOL: std::sync::Once = std::sync::Once::new();
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 8;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 16;
+
+fn choose_protocol() {
+    PROTOCOL.call_once(|| {
+        // SAFETY: membarrier takes two integer arguments; failure (old kernel, seccomp) leaves
+        // the compare-exchange protocol.
+        let ok =
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) }
+                == 0;
+        ASYMMETRIC.store(ok, Ordering::Release);
+    });
+}
+
+/// Does the traced thread take its table without an atomic read-modify-write (the process is
+/// registered for `membarrier`)? Decided at the first install.
+pub fn asymmetric() -> bool {
+    ASYMMETRIC.load(Ordering::Relaxed)
+}
+
 impl ThreadPartial {
-    /// Run `f` on the table if nobody else holds it.
-    #[inline]
+    fn new(c: &Compiled) -> ThreadPartial {
+        ThreadPartial {
+            busy: AtomicBool::new(false),
+            collecting: AtomicBool::new(false),
+            table: UnsafeCell::new(Table::new(c)),
+            skipped: AtomicU64::new(0),
+        }
+    }
+
+    /// Run `f` on the table if the collector does not hold it (the owner thread only).
+    #[inline(always)]
     fn try_with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
-        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if ASYMMETRIC.load(Ordering::Relaxed) {
+            self.busy.store(true, Ordering::Relaxed);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            if self.collecting.load(Ordering::Relaxed) {
+                self.busy.store(false, Ordering::Release);
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        } else if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        // SAFETY: we hold `busy`.
+        // SAFETY: we hold the table (see the type's docs).
         let r = f(unsafe { &mut *self.table.get() });
         self.busy.store(false, Ordering::Release);
         Some(r)
     }
+}
 
-    /// Swap the table for `fresh` (waiting for the owner thread, which holds it for nanoseconds).
-    fn swap(&self, fresh: Table) -> Table {
-        while self.busy.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            std::thread::yield_now();
+/// Swap every partial's table for a fresh one (the collector; waits for owner threads, which
+/// hold a table for nanoseconds). Empty if the fence failed (nothing taken).
+fn swap_all(parts: &[Arc<ThreadPartial>], c: &Compiled) -> Vec<Table> {
+    if ASYMMETRIC.load(Ordering::Acquire) {
+        for p in parts {
+            p.collecting.store(true, Ordering::Relaxed);
         }
-        // SAFETY: we hold `busy`.
-        let old = std::mem::replace(unsafe { &mut *self.table.get() }, fresh);
-        self.busy.store(false, Ordering::Release);
-        old
+        // SAFETY: registered in choose_protocol; plain integer arguments.
+        let fenced =
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) } == 0;
+        if !fenced {
+            // registered, yet refused now: without the fence the tables cannot be taken
+            // safely; leave them (their events are collected next time)
+            for p in parts {
+                p.collecting.store(false, Ordering::Release);
+            }
+            tracing::warn!("weft-probe: membarrier failed; live query partials not collected this time");
+            return Vec::new();
+        }
+        parts
+            .iter()
+            .map(|p| {
+                while p.busy.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                // SAFETY: `collecting` is set and the owner is not inside its update.
+                let old = std::mem::replace(unsafe { &mut *p.table.get() }, Table::new(c));
+                p.collecting.store(false, Ordering::Release);
+                old
+            })
+            .collect()
+    } else {
+        parts
+            .iter()
+            .map(|p| {
+                while p.busy.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err()
+                {
+                    std::thread::yield_now();
+                }
+                // SAFETY: we hold `busy`.
+                let old = std::mem::replace(unsafe { &mut *p.table.get() }, Table::new(c));
+                p.busy.store(false, Ordering::Release);
+                old
+            })
+            .collect()
     }
 }
 
@@ -786,8 +892,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 struct Attached {
     tp: *const Tracepoint,
+    /// The filter's common shapes, copied here so that a rejecting event touches nothing else.
+    fast: Fast,
     query: Arc<Installed>,
     partial: Arc<ThreadPartial>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fast {
+    /// No filter.
+    All,
+    /// One comparison of an integer field with a constant.
+    Int { field: u8, op: CmpOp, c: i128 },
+    /// Anything else: the postfix program.
+    General,
+}
+
+impl Compiled {
+    fn fast(&self) -> Fast {
+        match self.ops.as_slice() {
+            [Op::Const(true)] | [] => Fast::All,
+            [Op::Cmp(Src::Field(field), Test::Int(op, c))] => Fast::Int { field: *field, op: *op, c: *c },
+            _ => Fast::General,
+        }
+    }
 }
 
 struct Tls {
@@ -821,20 +949,30 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
         }
         let t = &*t;
         for a in &t.attached {
-            if std::ptr::eq(a.tp, tp) {
-                run(&a.query.compiled, &a.partial, ev, &t.ctx);
+            if !std::ptr::eq(a.tp, tp) {
+                continue;
+            }
+            let pass = match a.fast {
+                Fast::All => Some(true),
+                Fast::Int { field, op, c } => match ev.field(field) {
+                    Some(Scalar::U64(v)) => Some(op.test(&(v as i128), &c)),
+                    Some(Scalar::I64(v)) => Some(op.test(&(v as i128), &c)),
+                    _ => eval(&a.query.compiled, ev, &t.ctx),
+                },
+                Fast::General => eval(&a.query.compiled, ev, &t.ctx),
+            };
+            if pass != Some(false) {
+                update(&a.query.compiled, &a.partial, ev, &t.ctx, pass.is_some());
             }
         }
     });
 }
 
-#[inline(always)]
-fn run<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &ThreadCtx) {
-    let pass = eval(&c.ops, ev, ctx);
-    if pass == Some(false) {
-        return;
-    }
-    let mut key = [0u8; KEY_BYTES];
+/// Aggregate an event that passed the filter (`typed`: the filter saw the types it expected).
+#[inline(never)]
+fn update<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &ThreadCtx, typed: bool) {
+    let pass = typed.then_some(true);
+    let mut key = [0u64; KEY_WORDS];
     let klen = if pass.is_some() { encode_key(&c.keys, ev, ctx, &mut key) } else { None };
     partial.try_with(|t| {
         let Some(klen) = klen else {
@@ -844,7 +982,7 @@ fn run<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &ThreadCtx
         let key = &key[..klen];
         // inputs first, so that a mismatch drops the whole event
         let mut inputs = [None::<Input>; MAX_AGGS];
-        for (slot, (_, src)) in inputs.iter_mut().zip(&c.aggs) {
+        for (slot, (_, src)) in inputs.iter_mut().zip(&c.aggs).filter(|_| c.has_inputs) {
             if let Some(src) = src {
                 match read(*src, ev, ctx) {
                     Some(Val::Int(v)) => *slot = Some(Input::Int(v)),
@@ -857,8 +995,7 @@ fn run<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &ThreadCtx
                 }
             }
         }
-        let scalar = c.aggs.iter().any(|(k, _)| !k.bucketed());
-        if scalar {
+        if c.has_scalars {
             let Some(cells) = t.entry(key, 0, 0, |cells| init_cells(c, cells)) else {
                 t.drops.table_full += 1;
                 return;
@@ -942,11 +1079,7 @@ fn refresh(t: &mut Tls, epoch: u64) -> bool {
         let partial = match mine {
             Some(i) => t.attached[i].partial.clone(),
             None => {
-                let p = Arc::new(ThreadPartial {
-                    busy: AtomicBool::new(false),
-                    table: UnsafeCell::new(Table::new(&inst.compiled)),
-                    skipped: AtomicU64::new(0),
-                });
+                let p = Arc::new(ThreadPartial::new(&inst.compiled));
                 lock(&inst.threads).push(p.clone());
                 p
             }
@@ -954,6 +1087,7 @@ fn refresh(t: &mut Tls, epoch: u64) -> bool {
         for tp in &inst.tps {
             keep.push(Attached {
                 tp: *tp as *const Tracepoint,
+                fast: inst.compiled.fast(),
                 query: inst.clone(),
                 partial: partial.clone(),
             });
@@ -1000,6 +1134,7 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
     }
     let schema = FieldSpec::parse_list(first.fields_spec());
     let compiled = Compiler { tp: &plan.tracepoint, schema: &schema }.compile(plan)?;
+    choose_protocol();
     let mut q = queries();
     let id = QueryId(q.next);
     q.next += 1;
@@ -1045,8 +1180,11 @@ pub fn collect(id: QueryId) -> Option<Partial> {
     // exited before the swap: only the list and `threads` hold it, no event can follow
     let exited: Vec<bool> = threads.iter().map(|p| Arc::strong_count(p) <= 2).collect();
     let mut out = Partial::default();
-    for tp in &threads {
-        let old = tp.swap(Table::new(&inst.compiled));
+    let old_tables = swap_all(&threads, &inst.compiled);
+    if old_tables.len() != threads.len() {
+        return Some(out);
+    }
+    for (tp, old) in threads.iter().zip(old_tables) {
         let mut p = old.to_partial(&inst.compiled);
         p.drops.busy = tp.skipped.swap(0, Ordering::Relaxed);
         // same compiled shape on every thread: merging cannot fail

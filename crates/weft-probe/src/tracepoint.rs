@@ -86,7 +86,8 @@ pub const TP_ABI: u8 = 1;
 /// A tracepoint descriptor. One `static` per tracepoint; the layout is shared with C
 /// (`struct weft_tracepoint` in `weft_probe.h`), so it is `repr(C)` with NUL-terminated strings.
 ///
-/// The hot-path test is [`Tracepoint::enabled`]: one relaxed load of `state` and a branch.
+/// The hot-path test is [`Tracepoint::active`] (what `event!` checks): one relaxed load of
+/// `state` and a branch.
 #[repr(C)]
 pub struct Tracepoint {
     state: AtomicU8,

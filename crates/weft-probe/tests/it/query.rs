@@ -11,6 +11,7 @@ tracepoint!(static W = "qtest.write", Debug, group = "qtest", fields = [fd: u64,
 tracepoint!(static MT = "qtest.mt", Debug, group = "qtest", fields = [thread: u64]);
 tracepoint!(static FULL = "qtest.full", Debug, group = "qtest", fields = [k: u64]);
 tracepoint!(static UNTYPED = "qtest.untyped", Debug, group = "qtest", fields = [v]);
+tracepoint!(static RACE = "qtest.race", Debug, group = "qtest", fields = [thread: u64]);
 
 fn field(n: &str) -> Operand {
     Operand::Field(n.into())
@@ -232,6 +233,59 @@ fn threads_merge_and_exited_threads_are_collected_once() {
     let again = query::collect(q).unwrap();
     assert_eq!(again, Partial::default());
     query::detach(q);
+}
+
+#[test]
+fn collecting_while_threads_record_loses_nothing_uncounted() {
+    let _g = crate::lock();
+    RACE.id();
+    let q = query::install(&plan(
+        "qtest.race",
+        Filter::True,
+        vec![field("thread")],
+        vec![agg(AggKind::Count, None)],
+    ))
+    .unwrap();
+    const PER: u64 = 50_000;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                for _ in 0..PER {
+                    event!(RACE, thread = t);
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        })
+        .collect();
+    let mut total = Partial::default();
+    let mut collects = 0;
+    while done.load(std::sync::atomic::Ordering::SeqCst) < 4 {
+        total.merge(&query::collect(q).unwrap()).unwrap();
+        collects += 1;
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    total.merge(&query::collect(q).unwrap()).unwrap();
+    query::detach(q);
+    let counted: u64 = total
+        .groups
+        .values()
+        .map(|s| match s[0] {
+            State::Count(n) => n,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(counted, total.events);
+    assert_eq!(
+        total.events + total.drops.busy,
+        4 * PER,
+        "every event is aggregated or counted as dropped ({collects} collects, protocol asymmetric: {})",
+        query::asymmetric()
+    );
+    assert_eq!(total.drops.table_full + total.drops.type_mismatch, 0);
 }
 
 // ---- mergeable states
