@@ -97,7 +97,7 @@ pub fn explain(p: &LivePlan) -> String {
     let _ = writeln!(s, "machine level (agent)");
     let _ = writeln!(
         s,
-        "  merge {} partials of every process {}",
+        "  merge {} {}",
         p.sources[agg_side].0.partials(),
         match every {
             Some(d) => format!("every {}", dur(d)),

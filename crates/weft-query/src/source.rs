@@ -74,11 +74,11 @@ impl Source {
         }
     }
 
-    /// How the machine level merges this source's partials.
+    /// Which partials the machine level merges for this source.
     pub fn partials(&self) -> &'static str {
         match self {
-            Source::Probe(_) => "per-thread",
-            _ => "per-CPU",
+            Source::Probe(_) => "the per-thread partials of every traced process",
+            _ => "the per-CPU partials of the eBPF maps",
         }
     }
 }

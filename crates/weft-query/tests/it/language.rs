@@ -58,7 +58,7 @@ fn uprobe_with_a_log2_histogram_per_comm() {
     assert_eq!(p.window.interval, Some(Duration::from_secs(1)));
     assert!(p.probe_plan().is_none(), "uprobes run in eBPF, not in weft-probe");
     let e = explain(&p);
-    assert!(e.contains("eBPF") && e.contains("per-CPU") && e.contains("every 1s"), "{e}");
+    assert!(e.contains("eBPF") && e.contains("per-CPU partials") && e.contains("every 1s"), "{e}");
 }
 
 #[test]
