@@ -35,8 +35,9 @@
 //!   declared without a type are checked per event; a mismatch drops the event and counts it.
 //! * The hot path never blocks and never panics. It allocates only at a thread's first event
 //!   after an install or detach (its per-thread table of `capacity` entries and the cached
-//!   `comm`/`host` strings); if the process-wide query list is locked at that moment the event
-//!   is skipped and counted in [`refresh_skipped`].
+//!   `comm`/`host` strings); if the query list (or a query's list of threads) is locked at
+//!   that moment, the event is skipped, counted in [`refresh_skipped`], and the thread retries
+//!   at its next event.
 //! * Per-thread state is a bounded open-addressing table; a full table drops the event and
 //!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
 //!   quantile sketch) take one table entry per (group, bucket) hit.
@@ -1062,11 +1063,15 @@ fn init_cells(c: &Compiled, cells: &mut [i128]) {
     }
 }
 
-/// Pick up installs and detaches (allocates this thread's tables); `false` when the list was
-/// locked.
+/// Pick up installs and detaches (allocates this thread's tables); `false` when the query list
+/// or a query's thread list was locked.
 #[cold]
 fn refresh(t: &mut Tls, epoch: u64) -> bool {
-    let Ok(q) = QUERIES.try_lock() else { return false };
+    // the list is copied out so that tables are allocated with no lock held
+    let list: Vec<Arc<Installed>> = match QUERIES.try_lock() {
+        Ok(q) => q.list.clone(),
+        Err(_) => return false,
+    };
     if t.ctx.pid == 0 {
         t.ctx.pid = std::process::id() as u64;
         t.ctx.tid = crate::thread::tid() as u64;
@@ -1074,13 +1079,16 @@ fn refresh(t: &mut Tls, epoch: u64) -> bool {
     }
     t.ctx.comm = comm();
     let mut keep: Vec<Attached> = Vec::new();
-    for inst in &q.list {
+    for inst in &list {
         let mine = t.attached.iter().position(|a| Arc::ptr_eq(&a.query, inst));
         let partial = match mine {
             Some(i) => t.attached[i].partial.clone(),
             None => {
                 let p = Arc::new(ThreadPartial::new(&inst.compiled));
-                lock(&inst.threads).push(p.clone());
+                // never wait: retry at the next event (a table that joined a list and is left
+                // unused is collected empty and forgotten like an exited thread's)
+                let Ok(mut threads) = inst.threads.try_lock() else { return false };
+                threads.push(p.clone());
                 p
             }
         };

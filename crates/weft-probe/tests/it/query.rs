@@ -213,6 +213,7 @@ fn threads_merge_and_exited_threads_are_collected_once() {
         vec![agg(AggKind::Count, None)],
     );
     let q = query::install(&p).unwrap();
+    let skipped0 = query::refresh_skipped();
     let handles: Vec<_> = (0..4u64)
         .map(|t| {
             std::thread::spawn(move || {
@@ -226,9 +227,14 @@ fn threads_merge_and_exited_threads_are_collected_once() {
         h.join().unwrap();
     }
     let part = query::collect(q).unwrap();
-    assert_eq!(part.events, 4000);
+    // a thread's first events after the install are skipped (and counted) while another thread
+    // holds the query list to pick the install up
+    let skipped = query::refresh_skipped() - skipped0;
+    assert_eq!(part.events + skipped, 4000);
+    assert!(skipped < 100, "{skipped} events skipped at the threads' first events");
     for t in 0..4u64 {
-        assert_eq!(part.groups[&vec![KeyValue::Uint(t)]], vec![State::Count(1000)]);
+        let State::Count(n) = part.groups[&vec![KeyValue::Uint(t)]][0] else { panic!("not a count") };
+        assert!(n <= 1000 && n + skipped >= 1000, "thread {t}: {n}");
     }
     let again = query::collect(q).unwrap();
     assert_eq!(again, Partial::default());
@@ -259,6 +265,7 @@ fn collecting_while_threads_record_loses_nothing_uncounted() {
             })
         })
         .collect();
+    let skipped0 = query::refresh_skipped();
     let mut total = Partial::default();
     let mut collects = 0;
     while done.load(std::sync::atomic::Ordering::SeqCst) < 4 {
@@ -279,8 +286,9 @@ fn collecting_while_threads_record_loses_nothing_uncounted() {
         })
         .sum();
     assert_eq!(counted, total.events);
+    let skipped = query::refresh_skipped() - skipped0;
     assert_eq!(
-        total.events + total.drops.busy,
+        total.events + total.drops.busy + skipped,
         4 * PER,
         "every event is aggregated or counted as dropped ({collects} collects, protocol asymmetric: {})",
         query::asymmetric()
@@ -376,14 +384,16 @@ proptest! {
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
         cut in any::<prop::sample::Index>(),
     ) {
-        let mut bytes = one_pass(&events).encode();
+        let good = one_pass(&events).encode();
+        // a strict prefix of a valid encoding is always an error (the full decode needs its bytes)
+        let n = cut.index(good.len());
+        prop_assert!(Partial::decode(&good[..n]).is_err());
+        let mut bytes = good;
         for (i, b) in flips {
             let i = i.index(bytes.len());
             bytes[i] ^= b;
         }
         let _ = Partial::decode(&bytes);
-        let n = cut.index(bytes.len());
-        prop_assert!(Partial::decode(&bytes[..n]).is_err());
     }
 }
 
