@@ -199,3 +199,24 @@ fn untyped_fields_are_accepted_and_checked_later() {
     let p = plan("SELECT sum(v) FROM tp('loose') WHERE v = 'x' OR v > 3", &catalog()).unwrap();
     assert!(p.probe_plan().is_some());
 }
+
+proptest::proptest! {
+    /// Any text is a plan or an error with a position, never a panic.
+    #[test]
+    fn any_text_plans_or_errs(
+        words in proptest::collection::vec(proptest::sample::select(vec![
+            "SELECT", "EXPLAIN", "count(*)", "sum(bytes)", "hist(", "lhist(bytes,", "quantile(bytes,", "0.5)", ")", "(",
+            "FROM", "tp('blocker.write')", "tracepoint('raw_syscalls:sys_enter')", "uprobe('/bin/x',", "'f')",
+            "AS", "g", "w", "JOIN", "ON", "->", "WHERE", "AND", "OR", "NOT", "=", ">", "-", "1", "0x10", "'s'", "path",
+            "bytes", "comm", "pid", ",", "GROUP", "BY", "ORDER", "DESC", "LIMIT", "INTERVAL", "DURATION", "1s", "5ms", "\n", ";",
+        ]), 0..24),
+    ) {
+        let sql = words.join(" ");
+        match plan(&sql, &catalog()) {
+            Ok(p) => {
+                let _ = explain(&p);
+            }
+            Err(e) => proptest::prop_assert!(e.line >= 1 && e.column >= 1, "{e}"),
+        }
+    }
+}
