@@ -4,33 +4,46 @@
 use std::time::Duration;
 use weft_probe::agg::{AggKind, Linear};
 use weft_probe::query::{CmpOp, Const, Ctx, Filter, Operand};
-use weft_query::{ListCatalog, OutCol, QueryError, Source, explain, plan};
+use weft_query::source::parse_tracefs_format;
+use weft_query::{Catalog, ListCatalog, OutCol, QueryError, Source, Type, explain, plan};
 
-fn catalog() -> ListCatalog {
-    let dir = tempdir();
-    ListCatalog::new()
-        .probe("blocker.write", "offset:u64,bytes:u64,path:str")
-        .probe("gateway.request", "client:str,route:str")
-        .probe("loose", "v")
-        .tracefs(dir)
+/// raw_syscalls:sys_enter's format as tracefs prints it.
+const SYS_ENTER: &str = "name: sys_enter\nID: 22\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;\n\tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n\nprint fmt: \"NR %ld (%lx, %lx, %lx, %lx, %lx, %lx)\", REC->id, REC->args[0]\n";
+
+/// The probe tracepoints of a ListCatalog, and raw_syscalls:sys_enter from [`SYS_ENTER`].
+struct TestCatalog(ListCatalog);
+
+impl Catalog for TestCatalog {
+    fn probe_fields(&self, name: &str) -> Option<Vec<(String, Type)>> {
+        self.0.probe_fields(name)
+    }
+    fn kernel_fields(&self, system: &str, event: &str) -> Option<Vec<(String, Type)>> {
+        ((system, event) == ("raw_syscalls", "sys_enter")).then(|| parse_tracefs_format(SYS_ENTER))
+    }
 }
 
-/// A tracefs `events` directory with raw_syscalls:sys_enter's real format (made once).
-fn tempdir() -> std::path::PathBuf {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(make_tracefs).clone()
-}
-
-fn make_tracefs() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("weft-query-tracefs-{}", std::process::id()));
-    let ev = d.join("raw_syscalls").join("sys_enter");
-    std::fs::create_dir_all(&ev).unwrap();
-    std::fs::write(
-        ev.join("format"),
-        "name: sys_enter\nID: 22\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:long id;\toffset:8;\tsize:8;\tsigned:1;\n\tfield:unsigned long args[6];\toffset:16;\tsize:48;\tsigned:0;\n\nprint fmt: \"NR %ld (%lx, %lx, %lx, %lx, %lx, %lx)\", REC->id, REC->args[0]\n",
+fn catalog() -> TestCatalog {
+    TestCatalog(
+        ListCatalog::new()
+            .probe("blocker.write", "offset:u64,bytes:u64,path:str")
+            .probe("gateway.request", "client:str,route:str")
+            .probe("loose", "v"),
     )
-    .unwrap();
-    d
+}
+
+#[test]
+fn kernel_schemas_come_from_tracefs_format_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = dir.path().join("raw_syscalls").join("sys_enter");
+    std::fs::create_dir_all(&ev).unwrap();
+    std::fs::write(ev.join("format"), SYS_ENTER).unwrap();
+    let cat = ListCatalog::new().tracefs(dir.path());
+    assert_eq!(
+        cat.kernel_fields("raw_syscalls", "sys_enter"),
+        Some(vec![("id".into(), Type::I64), ("args".into(), Type::Bytes)])
+    );
+    assert_eq!(cat.kernel_fields("raw_syscalls", "nope"), None);
+    assert_eq!(cat.kernel_fields("..", "sys_enter"), None, "no path traversal");
 }
 
 fn err(sql: &str) -> QueryError {
