@@ -9,6 +9,10 @@
 //!   the poll exchange, [`proto::AgentReport`].
 //! * [`client`]: [`client::Collector`], the HTTP client of the collector's control API
 //!   (congestion reports, the command long poll).
+//! * [`live`]: live queries' messages — a probe-level plan to deploy
+//!   ([`live::QueryDeploy`]) and an agent's partial result for a window
+//!   ([`live::PartialReport`]). Not yet carried by the client, the agent or the collector.
 
 pub mod client;
+pub mod live;
 pub mod proto;

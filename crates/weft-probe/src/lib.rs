@@ -28,8 +28,9 @@
 //! * Switches: [`enable`], [`disable`], [`force_disable`] over a [`Selector`] (exact name, glob,
 //!   group, level). Always-on tracepoints (`flags = [always_on]`) ignore plain disables. At
 //!   start, `WEFT_PROBE_ENABLE` / `WEFT_PROBE_DISABLE` (comma-separated selectors) apply.
-//! * Disabled cost: [`Tracepoint::enabled`] is one relaxed load of a byte and a branch; the
-//!   recording path is a separate `#[cold]` function, so nothing else is inlined at the site.
+//! * Disabled cost: [`Tracepoint::active`] (enabled, or a live query installed) is one relaxed
+//!   load of a byte and a branch; the recording path is a separate `#[cold]` function, so
+//!   nothing else is inlined at the site.
 //! * Enabled events go into the calling thread's ring ([`layout`]) without locks or allocation,
 //!   timestamped from the TSC ([`clock`]). A full ring drops the record and counts it.
 //! * Spans ([`Span`], [`span!`]): begin/end records, per-thread parent/child context, Zipkin
@@ -38,14 +39,20 @@
 //! * The segment is a file under `/dev/shm/weft-<uid>/` that the agent maps; its layout is the
 //!   process↔agent contract ([`layout`]); the agent side is [`consumer`]. Without an agent, the
 //!   rings live in private memory and [`capture`] drains them to a file in-process.
+//! * Live queries ([`query`]): a plan installed on a tracepoint filters, groups and aggregates
+//!   its events in-process into bounded per-thread tables; [`agg`] holds the mergeable
+//!   aggregate states every level of a query shares (counts, sums, extremes, averages, log2 and
+//!   linear histograms, a quantile sketch) and their compact serialized form.
 //! * Feature `tracing`: [`tracing_layer::WeftLayer`] records `tracing` spans and events.
 
+pub mod agg;
 pub mod capture;
 pub mod clock;
 pub mod consumer;
 pub mod context;
 pub mod layout;
 mod mem;
+pub mod query;
 pub mod registry;
 pub mod segment;
 pub mod select;
@@ -184,11 +191,11 @@ macro_rules! tracepoint {
 
 /// Record an event at a tracepoint if it is enabled: `event!(TP, a = x, b = y)`. Values are
 /// matched to the tracepoint's fields by position (the names are for the reader); they are
-/// evaluated only when the tracepoint is enabled.
+/// evaluated only when the tracepoint is enabled or a live query ([`query`]) is installed on it.
 #[macro_export]
 macro_rules! event {
     ($tp:expr $(, $k:ident = $v:expr)* $(,)?) => {
-        if $tp.enabled() {
+        if $tp.active() {
             $crate::__private::emit(&$tp, ($($v,)*));
         }
     };

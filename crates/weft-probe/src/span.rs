@@ -4,7 +4,7 @@
 use crate::context::Context;
 use crate::layout::*;
 use crate::thread::{self, Ids, LOCAL};
-use crate::tracepoint::Tracepoint;
+use crate::tracepoint::{STATE_ENABLED, STATE_QUERY, Tracepoint};
 use crate::value::{Fields, KeyedValue, keyed_len, put_keyed};
 use std::marker::PhantomData;
 
@@ -262,10 +262,17 @@ impl Drop for ContextGuard {
 }
 
 /// Emit an event at `tp` (slow path of the `event!` macro; the macro tests
-/// [`Tracepoint::enabled`] first).
+/// [`Tracepoint::active`] first): run its live queries, record it if enabled.
 #[cold]
 #[inline(never)]
 pub fn emit<F: Fields>(tp: &'static Tracepoint, fields: F) {
+    let state = tp.state();
+    if state & STATE_QUERY != 0 {
+        crate::query::on_event(tp, &fields);
+    }
+    if state & STATE_ENABLED == 0 {
+        return;
+    }
     let id = tp.id();
     let len = fields.encoded_len();
     thread::write_record(KIND_EVENT, F::COUNT, id, 0, Ids::Current, len, |p| {

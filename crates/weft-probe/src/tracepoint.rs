@@ -73,6 +73,9 @@ pub const FLAG_HIDDEN: u8 = 16;
 
 /// State bit: enabled.
 pub const STATE_ENABLED: u8 = 1;
+/// State bit: a live query is installed ([`crate::query`]); `event!` runs it even when the
+/// tracepoint is not enabled for recording.
+pub const STATE_QUERY: u8 = 2;
 
 /// Id of a tracepoint not registered yet.
 pub const UNREGISTERED: u32 = u32::MAX;
@@ -83,7 +86,8 @@ pub const TP_ABI: u8 = 1;
 /// A tracepoint descriptor. One `static` per tracepoint; the layout is shared with C
 /// (`struct weft_tracepoint` in `weft_probe.h`), so it is `repr(C)` with NUL-terminated strings.
 ///
-/// The hot-path test is [`Tracepoint::enabled`]: one relaxed load of `state` and a branch.
+/// The hot-path test is [`Tracepoint::active`] (what `event!` checks): one relaxed load of
+/// `state` and a branch.
 #[repr(C)]
 pub struct Tracepoint {
     state: AtomicU8,
@@ -142,10 +146,36 @@ impl Tracepoint {
         self.state.load(Ordering::Relaxed) & STATE_ENABLED != 0
     }
 
-    /// Set the state byte directly (no always-on protection; the registry's switches use this
-    /// after checking).
+    /// Is it enabled for recording or for a live query? What `event!` tests: one relaxed load.
+    #[inline(always)]
+    pub fn active(&self) -> bool {
+        self.state.load(Ordering::Relaxed) != 0
+    }
+
+    /// The state bits ([`STATE_ENABLED`], [`STATE_QUERY`]).
+    #[inline(always)]
+    pub fn state(&self) -> u8 {
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// Set the enabled bit (no always-on protection; the registry's switches use this after
+    /// checking). The query bit is kept.
     pub(crate) fn set_enabled(&self, on: bool) {
-        self.state.store(if on { STATE_ENABLED } else { 0 }, Ordering::Relaxed);
+        self.set_bit(STATE_ENABLED, on);
+    }
+
+    /// Set the query bit (the query module, when the first query is installed and the last one
+    /// detached).
+    pub(crate) fn set_query(&self, on: bool) {
+        self.set_bit(STATE_QUERY, on);
+    }
+
+    fn set_bit(&self, bit: u8, on: bool) {
+        if on {
+            self.state.fetch_or(bit, Ordering::Relaxed);
+        } else {
+            self.state.fetch_and(!bit, Ordering::Relaxed);
+        }
     }
 
     /// Registry id (dense, from 0), registering the tracepoint first if needed.

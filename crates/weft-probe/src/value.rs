@@ -1,6 +1,7 @@
 //! Field values and their encoding into records (see [`crate::layout`], "Records").
 
 use crate::layout::*;
+use crate::query::Scalar;
 
 /// A value a tracepoint field can carry.
 pub trait Value {
@@ -12,6 +13,8 @@ pub trait Value {
     /// # Safety
     /// `p` must be 8-aligned and valid for `encoded_len()` bytes.
     unsafe fn encode(&self, name_index: u8, p: *mut u8) -> usize;
+    /// The value as a live query reads it ([`crate::query`]).
+    fn scalar(&self) -> Scalar<'_>;
 }
 
 #[inline(always)]
@@ -130,7 +133,7 @@ pub(crate) unsafe fn put_keyed(p: *mut u8, key: &str, v: &KeyedValue<'_>) -> usi
 }
 
 macro_rules! scalar_value {
-    ($($t:ty => $tag:expr, |$v:ident| $bits:expr;)*) => {$(
+    ($($t:ty => $tag:expr, |$v:ident| $bits:expr, $sc:ident($conv:ty);)*) => {$(
         impl Value for $t {
             #[inline(always)]
             fn encoded_len(&self) -> usize { 16 }
@@ -140,24 +143,43 @@ macro_rules! scalar_value {
                 // SAFETY: caller contract.
                 unsafe { put_scalar(p, $tag, name_index, $bits) }
             }
+            #[inline(always)]
+            fn scalar(&self) -> Scalar<'_> {
+                Scalar::$sc(*self as $conv)
+            }
         }
     )*};
 }
 
 scalar_value! {
-    i64 => TYPE_I64, |v| v as u64;
-    i32 => TYPE_I64, |v| v as i64 as u64;
-    i16 => TYPE_I64, |v| v as i64 as u64;
-    i8 => TYPE_I64, |v| v as i64 as u64;
-    isize => TYPE_I64, |v| v as i64 as u64;
-    u64 => TYPE_U64, |v| v;
-    u32 => TYPE_U64, |v| v as u64;
-    u16 => TYPE_U64, |v| v as u64;
-    u8 => TYPE_U64, |v| v as u64;
-    usize => TYPE_U64, |v| v as u64;
-    f64 => TYPE_F64, |v| v.to_bits();
-    f32 => TYPE_F64, |v| (v as f64).to_bits();
-    bool => TYPE_BOOL, |v| v as u64;
+    i64 => TYPE_I64, |v| v as u64, I64(i64);
+    i32 => TYPE_I64, |v| v as i64 as u64, I64(i64);
+    i16 => TYPE_I64, |v| v as i64 as u64, I64(i64);
+    i8 => TYPE_I64, |v| v as i64 as u64, I64(i64);
+    isize => TYPE_I64, |v| v as i64 as u64, I64(i64);
+    u64 => TYPE_U64, |v| v, U64(u64);
+    u32 => TYPE_U64, |v| v as u64, U64(u64);
+    u16 => TYPE_U64, |v| v as u64, U64(u64);
+    u8 => TYPE_U64, |v| v as u64, U64(u64);
+    usize => TYPE_U64, |v| v as u64, U64(u64);
+    f64 => TYPE_F64, |v| v.to_bits(), F64(f64);
+    f32 => TYPE_F64, |v| (v as f64).to_bits(), F64(f64);
+}
+
+impl Value for bool {
+    #[inline(always)]
+    fn encoded_len(&self) -> usize {
+        16
+    }
+    #[inline(always)]
+    unsafe fn encode(&self, name_index: u8, p: *mut u8) -> usize {
+        // SAFETY: caller contract.
+        unsafe { put_scalar(p, TYPE_BOOL, name_index, *self as u64) }
+    }
+    #[inline(always)]
+    fn scalar(&self) -> Scalar<'_> {
+        Scalar::Bool(*self)
+    }
 }
 
 impl Value for str {
@@ -169,6 +191,10 @@ impl Value for str {
     unsafe fn encode(&self, name_index: u8, p: *mut u8) -> usize {
         // SAFETY: caller contract.
         unsafe { put_bytes(p, TYPE_STR, name_index, self.as_bytes()) }
+    }
+    #[inline(always)]
+    fn scalar(&self) -> Scalar<'_> {
+        Scalar::Bytes(self.as_bytes())
     }
 }
 
@@ -182,6 +208,10 @@ impl Value for String {
         // SAFETY: caller contract.
         unsafe { self.as_str().encode(name_index, p) }
     }
+    #[inline(always)]
+    fn scalar(&self) -> Scalar<'_> {
+        Scalar::Bytes(self.as_bytes())
+    }
 }
 
 impl Value for [u8] {
@@ -193,6 +223,10 @@ impl Value for [u8] {
     unsafe fn encode(&self, name_index: u8, p: *mut u8) -> usize {
         // SAFETY: caller contract.
         unsafe { put_bytes(p, TYPE_BYTES, name_index, self) }
+    }
+    #[inline(always)]
+    fn scalar(&self) -> Scalar<'_> {
+        Scalar::Bytes(self)
     }
 }
 
@@ -206,6 +240,10 @@ impl<T: Value + ?Sized> Value for &T {
         // SAFETY: caller contract.
         unsafe { (**self).encode(name_index, p) }
     }
+    #[inline(always)]
+    fn scalar(&self) -> Scalar<'_> {
+        (**self).scalar()
+    }
 }
 
 /// A fixed list of field values (a tuple), named by position in the tracepoint's field spec.
@@ -215,6 +253,8 @@ pub trait Fields {
     /// # Safety
     /// `p` must be 8-aligned and valid for `encoded_len()` bytes.
     unsafe fn encode(&self, p: *mut u8);
+    /// Field `i` (by position) as a live query reads it; `None` past the last field.
+    fn field(&self, i: u8) -> Option<Scalar<'_>>;
 }
 
 impl Fields for () {
@@ -225,6 +265,10 @@ impl Fields for () {
     }
     #[inline(always)]
     unsafe fn encode(&self, _p: *mut u8) {}
+    #[inline(always)]
+    fn field(&self, _i: u8) -> Option<Scalar<'_>> {
+        None
+    }
 }
 
 macro_rules! tuple_fields {
@@ -239,6 +283,13 @@ macro_rules! tuple_fields {
                 // SAFETY: caller contract; each field stays within encoded_len().
                 $( off += unsafe { self.$i.encode($i, p.add(off)) }; )+
                 let _ = off;
+            }
+            #[inline(always)]
+            fn field(&self, i: u8) -> Option<Scalar<'_>> {
+                match i {
+                    $($i => Some(self.$i.scalar()),)+
+                    _ => None,
+                }
             }
         }
     };

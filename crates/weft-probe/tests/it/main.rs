@@ -5,6 +5,7 @@ mod capture;
 mod consumer;
 mod multiprocess;
 mod props;
+mod query;
 mod recording;
 mod registry;
 mod spans;

@@ -1,0 +1,1205 @@
+//! The probe level of live queries: a [`Plan`] (data, no code generation) installed on a
+//! tracepoint runs inside the traced process on every `event!` of it — a filter over the
+//! event's typed fields and context, a projection of group keys, and an update of
+//! fixed-size per-thread aggregate state. An agent calls [`collect`] each interval for the
+//! partial result ([`crate::agg::Partial`]), which resets it.
+//!
+//! ```
+//! use weft_probe::query::{self, CmpOp, Const, Filter, Operand, Plan, AggSpec};
+//! use weft_probe::agg::AggKind;
+//! weft_probe::tracepoint!(static WRITE = "doc.write", Debug, fields = [fd: u64, len: u64]);
+//!
+//! let plan = Plan {
+//!     tracepoint: "doc.write".into(),
+//!     filter: Filter::Cmp(Operand::Field("len".into()), CmpOp::Gt, Const::Uint(0)),
+//!     keys: vec![Operand::Field("fd".into())],
+//!     aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
+//!     capacity: 256,
+//! };
+//! WRITE.id(); // registered (tracepoints in the linker section are, from the first registry use)
+//! let q = query::install(&plan).unwrap();
+//! weft_probe::event!(WRITE, fd = 3u64, len = 512u64);
+//! let partial = query::collect(q).unwrap();
+//! assert_eq!(partial.events, 1);
+//! query::detach(q);
+//! ```
+//!
+//! # What it costs and promises
+//!
+//! * Installing sets a second state bit on the tracepoint: `event!` then calls the (cold)
+//!   recording function, which runs the queries and writes a ring record only if the tracepoint
+//!   is also enabled normally. Queries see `event!` of Rust tracepoints; span begins, `tracing`
+//!   events and C tracepoints (`weft-probe-c`) are not query sources yet.
+//! * Checked at install ([`install`]): every field the plan names exists on the tracepoint and
+//!   its declared type fits the use (comparison constant, integer aggregate input). Fields
+//!   declared without a type are checked per event; a mismatch drops the event and counts it.
+//! * The hot path never blocks and never panics. It allocates only at a thread's first event
+//!   after an install or detach (its per-thread table of `capacity` entries and the cached
+//!   `comm`/`host` strings); if the query list (or a query's list of threads) is locked at
+//!   that moment, the event is skipped, counted in [`refresh_skipped`], and the thread retries
+//!   at its next event.
+//! * Per-thread state is a bounded open-addressing table; a full table drops the event and
+//!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
+//!   quantile sketch) take one table entry per (group, bucket) hit.
+//! * A thread takes its own table with plain stores and a compiler fence where the process
+//!   could register for Linux's `membarrier` (the collector then pays the fence; see
+//!   [`asymmetric`]), with a compare-exchange otherwise. While [`collect`] swaps a thread's
+//!   table for an empty one, that thread's events are dropped and counted as `busy`.
+//! * A filter that is one comparison of an integer field (or none) is evaluated from a copy in
+//!   the thread's own list, before anything else of the query is touched.
+//! * `comm` and `host` are read at a thread's first event after an install (a later rename of
+//!   the thread is not seen until the next install or detach).
+
+use crate::agg::{AggKind, Drops, KEY_STR_MAX, KeyValue, Partial, State};
+use crate::tracepoint::{FieldSpec, Tracepoint};
+use crate::value::Fields;
+use std::cell::{RefCell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A value as a query sees it (a field of an event or a context value).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar<'a> {
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Bool(bool),
+    Bytes(&'a [u8]),
+}
+
+/// Context every event has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ctx {
+    Host,
+    Pid,
+    Tid,
+    /// The thread's name (read at its first event after an install).
+    Comm,
+    Cpu,
+    /// Wall-clock time of the event, ns since the Unix epoch.
+    Time,
+    /// The thread's current trace id (16 bytes, big-endian; zero outside a span).
+    TraceId,
+    /// The thread's current span id (0 outside a span).
+    SpanId,
+}
+
+impl Ctx {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ctx::Host => "host",
+            Ctx::Pid => "pid",
+            Ctx::Tid => "tid",
+            Ctx::Comm => "comm",
+            Ctx::Cpu => "cpu",
+            Ctx::Time => "time",
+            Ctx::TraceId => "trace_id",
+            Ctx::SpanId => "span_id",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Ctx> {
+        Some(match s {
+            "host" => Ctx::Host,
+            "pid" => Ctx::Pid,
+            "tid" => Ctx::Tid,
+            "comm" => Ctx::Comm,
+            "cpu" => Ctx::Cpu,
+            "time" => Ctx::Time,
+            "trace_id" => Ctx::TraceId,
+            "span_id" => Ctx::SpanId,
+            _ => return None,
+        })
+    }
+
+    /// The field type this context value has (`str` for host/comm, `bytes` for the trace id).
+    pub fn ty(self) -> &'static str {
+        match self {
+            Ctx::Host | Ctx::Comm => "str",
+            Ctx::TraceId => "bytes",
+            _ => "u64",
+        }
+    }
+}
+
+/// What a comparison, key or aggregate reads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operand {
+    /// A field of the tracepoint, by name.
+    Field(String),
+    Ctx(Ctx),
+}
+
+impl std::fmt::Display for Operand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Operand::Field(n) => f.write_str(n),
+            Operand::Ctx(c) => f.write_str(c.name()),
+        }
+    }
+}
+
+/// A constant in a comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Const {
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+
+    #[inline]
+    fn test<T: PartialOrd + ?Sized>(self, a: &T, b: &T) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
+/// A filter: comparisons of an operand with a constant, combined with and/or/not.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    True,
+    Cmp(Operand, CmpOp, Const),
+    And(Box<Filter>, Box<Filter>),
+    Or(Box<Filter>, Box<Filter>),
+    Not(Box<Filter>),
+}
+
+/// One aggregate of a plan; `input` is `None` only for `count(*)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AggSpec {
+    pub kind: AggKind,
+    pub input: Option<Operand>,
+}
+
+/// A probe-level plan: which tracepoint, the filter, group keys, aggregates, and the
+/// per-thread table's capacity (entries; rounded up to a power of two, at most
+/// [`MAX_CAPACITY`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub tracepoint: String,
+    pub filter: Filter,
+    pub keys: Vec<Operand>,
+    pub aggs: Vec<AggSpec>,
+    pub capacity: usize,
+}
+
+/// Most group keys a plan may have.
+pub const MAX_KEYS: usize = 4;
+/// Bytes of an encoded group key: 8 of type tags, 8 per scalar key, 48 per string key.
+pub const KEY_BYTES: usize = 128;
+const KEY_WORDS: usize = KEY_BYTES / 8;
+const STR_WORDS: usize = KEY_STR_MAX / 8;
+/// Most aggregates a plan may have.
+pub const MAX_AGGS: usize = 8;
+/// Most filter operations (comparisons and connectives) a plan may have.
+pub const MAX_FILTER_OPS: usize = 64;
+/// Largest per-thread table.
+pub const MAX_CAPACITY: usize = 1 << 16;
+
+/// Why a plan was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("no tracepoint named {0:?} in this process")]
+    NoTracepoint(String),
+    #[error("tracepoint {tracepoint:?} has no field {field:?} (fields: {available})")]
+    NoField { tracepoint: String, field: String, available: String },
+    #[error("field {field:?} of {tracepoint:?} is {ty}: {reason}")]
+    WrongType { tracepoint: String, field: String, ty: String, reason: String },
+    #[error("tracepoints named {0:?} declare different fields; a query needs one schema")]
+    Ambiguous(String),
+    #[error("plan too large: {0}")]
+    TooLarge(String),
+    #[error("bad constant: {0}")]
+    BadConst(String),
+}
+
+/// An installed query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueryId(pub u64);
+
+// ---------------------------------------------------------------------------------------------
+// Compiled form
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Src {
+    Field(u8),
+    Ctx(Ctx),
+}
+
+#[derive(Debug)]
+enum Test {
+    Int(CmpOp, i128),
+    Float(CmpOp, f64),
+    Bool(CmpOp, bool),
+    Bytes(CmpOp, Box<[u8]>),
+}
+
+#[derive(Debug)]
+enum Op {
+    Cmp(Src, Test),
+    And,
+    Or,
+    Not,
+    Const(bool),
+}
+
+#[derive(Debug)]
+struct Compiled {
+    /// The filter in postfix (one comparison is evaluated without the stack; see [`Fast`]).
+    ops: Vec<Op>,
+    keys: Vec<Src>,
+    /// Some aggregate reads an input / keeps scalar cells.
+    has_inputs: bool,
+    has_scalars: bool,
+    aggs: Vec<(AggKind, Option<Src>)>,
+    /// Cells of a group's scalar entry (avg takes 2).
+    cells: usize,
+    capacity: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyClass {
+    Scalar,
+    Str,
+}
+
+/// The declared type of a source (`None`: untyped field).
+fn src_type(schema: &[FieldSpec], src: Src) -> Option<String> {
+    match src {
+        Src::Field(i) => schema.get(i as usize).and_then(|f| f.ty.clone()),
+        Src::Ctx(c) => Some(c.ty().to_string()),
+    }
+}
+
+struct Compiler<'a> {
+    tp: &'a str,
+    schema: &'a [FieldSpec],
+}
+
+impl Compiler<'_> {
+    fn resolve(&self, o: &Operand) -> Result<Src, PlanError> {
+        match o {
+            Operand::Ctx(c) => Ok(Src::Ctx(*c)),
+            Operand::Field(name) => match self.schema.iter().position(|f| &f.name == name) {
+                Some(i) if i < 255 => Ok(Src::Field(i as u8)),
+                _ => Err(PlanError::NoField {
+                    tracepoint: self.tp.to_string(),
+                    field: name.clone(),
+                    available: self.schema.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+                }),
+            },
+        }
+    }
+
+    fn wrong(&self, o: &Operand, ty: &str, reason: &str) -> PlanError {
+        PlanError::WrongType {
+            tracepoint: self.tp.to_string(),
+            field: o.to_string(),
+            ty: ty.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn test(&self, o: &Operand, src: Src, op: CmpOp, c: &Const) -> Result<Test, PlanError> {
+        let ty = src_type(self.schema, src);
+        let t = ty.as_deref();
+        let mismatch =
+            |what: &str| self.wrong(o, t.unwrap_or("untyped"), &format!("cannot compare with {what}"));
+        Ok(match c {
+            Const::Int(v) => match t {
+                Some("f64") => Test::Float(op, *v as f64),
+                Some("i64" | "u64") | None => Test::Int(op, *v as i128),
+                _ => return Err(mismatch("an integer")),
+            },
+            Const::Uint(v) => match t {
+                Some("f64") => Test::Float(op, *v as f64),
+                Some("i64" | "u64") | None => Test::Int(op, *v as i128),
+                _ => return Err(mismatch("an integer")),
+            },
+            Const::Float(v) => match t {
+                Some("f64") | None => Test::Float(op, *v),
+                _ => return Err(mismatch("a float")),
+            },
+            Const::Bool(b) => match t {
+                Some("bool") | None => Test::Bool(op, *b),
+                _ => return Err(mismatch("a boolean")),
+            },
+            Const::Str(s) => match (t, src) {
+                (_, Src::Ctx(Ctx::TraceId)) => {
+                    let v = u128::from_str_radix(s, 16)
+                        .map_err(|_| PlanError::BadConst(format!("trace_id {s:?} is not 32 hex digits")))?;
+                    Test::Bytes(op, v.to_be_bytes().into())
+                }
+                (Some("str" | "bytes") | None, _) => Test::Bytes(op, s.as_bytes().into()),
+                _ => return Err(mismatch("a string")),
+            },
+        })
+    }
+
+    fn filter(&self, f: &Filter, out: &mut Vec<Op>) -> Result<(), PlanError> {
+        if out.len() >= MAX_FILTER_OPS {
+            return Err(PlanError::TooLarge(format!("more than {MAX_FILTER_OPS} filter operations")));
+        }
+        match f {
+            Filter::True => out.push(Op::Const(true)),
+            Filter::Cmp(o, op, c) => {
+                let src = self.resolve(o)?;
+                let t = self.test(o, src, *op, c)?;
+                out.push(Op::Cmp(src, t));
+            }
+            Filter::And(a, b) | Filter::Or(a, b) => {
+                self.filter(a, out)?;
+                self.filter(b, out)?;
+                out.push(if matches!(f, Filter::And(..)) { Op::And } else { Op::Or });
+            }
+            Filter::Not(a) => {
+                self.filter(a, out)?;
+                out.push(Op::Not);
+            }
+        }
+        if out.len() > MAX_FILTER_OPS {
+            return Err(PlanError::TooLarge(format!("more than {MAX_FILTER_OPS} filter operations")));
+        }
+        Ok(())
+    }
+
+    fn compile(&self, plan: &Plan) -> Result<Compiled, PlanError> {
+        let mut ops = Vec::new();
+        self.filter(&plan.filter, &mut ops)?;
+        if plan.keys.len() > MAX_KEYS {
+            return Err(PlanError::TooLarge(format!("{} group keys, at most {MAX_KEYS}", plan.keys.len())));
+        }
+        let mut keys = Vec::new();
+        let mut key_bytes = 8;
+        for k in &plan.keys {
+            let src = self.resolve(k)?;
+            let class = match src_type(self.schema, src).as_deref() {
+                Some("str" | "bytes") => KeyClass::Str,
+                Some(_) => KeyClass::Scalar,
+                None => KeyClass::Str,
+            };
+            key_bytes += if class == KeyClass::Str { KEY_STR_MAX } else { 8 };
+            keys.push(src);
+        }
+        if key_bytes > KEY_BYTES {
+            return Err(PlanError::TooLarge(format!(
+                "group keys take up to {key_bytes} bytes, at most {KEY_BYTES} (8 of tags, a string key takes {})",
+                KEY_STR_MAX
+            )));
+        }
+        if plan.aggs.is_empty() || plan.aggs.len() > MAX_AGGS {
+            return Err(PlanError::TooLarge(format!(
+                "{} aggregates, 1 to {MAX_AGGS} allowed",
+                plan.aggs.len()
+            )));
+        }
+        let mut aggs = Vec::new();
+        let mut cells = 0;
+        for a in &plan.aggs {
+            let src = match (&a.input, a.kind.takes_input()) {
+                (Some(o), true) => {
+                    let src = self.resolve(o)?;
+                    let ty = src_type(self.schema, src);
+                    let ok = match ty.as_deref() {
+                        None | Some("i64" | "u64" | "bool") => true,
+                        Some("f64") => a.kind.bucketed(),
+                        _ => false,
+                    };
+                    if !ok {
+                        return Err(self.wrong(
+                            o,
+                            ty.as_deref().unwrap_or("untyped"),
+                            "aggregates take integers (histograms and quantiles also floats)",
+                        ));
+                    }
+                    Some(src)
+                }
+                (None, true) => return Err(PlanError::TooLarge("an aggregate lacks its input".into())),
+                (_, false) => None,
+            };
+            if !a.kind.bucketed() {
+                cells += if matches!(a.kind, AggKind::Avg) { 2 } else { 1 };
+            }
+            aggs.push((a.kind, src));
+        }
+        let capacity = plan.capacity.clamp(16, MAX_CAPACITY).next_power_of_two();
+        let has_inputs = aggs.iter().any(|(_, s)| s.is_some());
+        let has_scalars = aggs.iter().any(|(k, _)| !k.bucketed());
+        Ok(Compiled { ops, keys, has_inputs, has_scalars, aggs, cells: cells.max(1), capacity })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-event evaluation
+
+/// The thread's cached context.
+struct ThreadCtx {
+    pid: u64,
+    tid: u64,
+    comm: Vec<u8>,
+    host: Vec<u8>,
+}
+
+enum Val<'a> {
+    Int(i128),
+    Float(f64),
+    Bool(bool),
+    Bytes(&'a [u8]),
+    Trace([u8; 16]),
+}
+
+#[inline(always)]
+fn read<'a, F: Fields>(src: Src, ev: &'a F, ctx: &'a ThreadCtx) -> Option<Val<'a>> {
+    Some(match src {
+        Src::Field(i) => match ev.field(i)? {
+            Scalar::I64(v) => Val::Int(v as i128),
+            Scalar::U64(v) => Val::Int(v as i128),
+            Scalar::F64(v) => Val::Float(v),
+            Scalar::Bool(b) => Val::Bool(b),
+            Scalar::Bytes(b) => Val::Bytes(b),
+        },
+        Src::Ctx(c) => match c {
+            Ctx::Pid => Val::Int(ctx.pid as i128),
+            Ctx::Tid => Val::Int(ctx.tid as i128),
+            Ctx::Comm => Val::Bytes(&ctx.comm),
+            Ctx::Host => Val::Bytes(&ctx.host),
+            // SAFETY: sched_getcpu has no preconditions.
+            Ctx::Cpu => Val::Int(unsafe { libc::sched_getcpu() }.max(0) as i128),
+            Ctx::Time => Val::Int(crate::clock::realtime_ns() as i128),
+            Ctx::TraceId => Val::Trace(crate::thread::current_ids().0.to_be_bytes()),
+            Ctx::SpanId => Val::Int(crate::thread::current_ids().1 as i128),
+        },
+    })
+}
+
+/// Evaluate the filter: `Some(pass)`, or `None` when a value had an unexpected type.
+#[inline(always)]
+fn eval<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) -> Option<bool> {
+    if let [Op::Cmp(src, test)] = c.ops.as_slice() {
+        return compare(*src, test, ev, ctx);
+    }
+    let mut stack = [false; MAX_FILTER_OPS];
+    let mut sp = 0usize;
+    for op in &c.ops {
+        let v = match op {
+            Op::Const(b) => *b,
+            Op::Cmp(src, test) => compare(*src, test, ev, ctx)?,
+            Op::Not => {
+                let a = *stack.get(sp.checked_sub(1)?)?;
+                sp -= 1;
+                !a
+            }
+            Op::And | Op::Or => {
+                let b = *stack.get(sp.checked_sub(1)?)?;
+                let a = *stack.get(sp.checked_sub(2)?)?;
+                sp -= 2;
+                if matches!(op, Op::And) { a && b } else { a || b }
+            }
+        };
+        *stack.get_mut(sp)? = v;
+        sp += 1;
+    }
+    if sp == 0 { Some(true) } else { stack.get(sp - 1).copied() }
+}
+
+#[inline(always)]
+fn compare<F: Fields>(src: Src, test: &Test, ev: &F, ctx: &ThreadCtx) -> Option<bool> {
+    let v = read(src, ev, ctx)?;
+    Some(match (test, &v) {
+        (Test::Int(op, c), Val::Int(x)) => op.test(x, c),
+        (Test::Float(op, c), Val::Float(x)) => op.test(x, c),
+        (Test::Float(op, c), Val::Int(x)) => op.test(&(*x as f64), c),
+        (Test::Int(op, c), Val::Float(x)) => op.test(x, &(*c as f64)),
+        (Test::Bool(op, c), Val::Bool(x)) => op.test(x, c),
+        (Test::Bytes(op, c), Val::Bytes(x)) => op.test(*x, &**c),
+        (Test::Bytes(op, c), Val::Trace(x)) => op.test(&x[..], &**c),
+        _ => return None,
+    })
+}
+
+/// Encode the group key into words (word 0: a 16-bit tag per key — type in the low 3 bits,
+/// string length above —, then one word per scalar and up to 6 per string); returns the words
+/// used, `None` on a type mismatch.
+#[inline(always)]
+fn encode_key<F: Fields>(keys: &[Src], ev: &F, ctx: &ThreadCtx, out: &mut [u64; KEY_WORDS]) -> Option<usize> {
+    let mut n = 1usize;
+    let mut tags = 0u64;
+    for (j, src) in keys.iter().enumerate() {
+        let v = read(*src, ev, ctx)?;
+        let (tag, bits) = match v {
+            Val::Int(x) if x < 0 => (0u64, x as i64 as u64),
+            Val::Int(x) => (1, x as u64),
+            Val::Float(f) => (2, f.to_bits()),
+            Val::Bool(b) => (3, b as u64),
+            Val::Bytes(b) => {
+                let b = &b[..b.len().min(KEY_STR_MAX)];
+                n = put_str(out, n, b)?;
+                tags |= (4 | (b.len() as u64) << 3) << (16 * j);
+                continue;
+            }
+            Val::Trace(t) => {
+                n = put_str(out, n, &t)?;
+                tags |= (4 | 16 << 3) << (16 * j);
+                continue;
+            }
+        };
+        *out.get_mut(n)? = bits;
+        n += 1;
+        tags |= tag << (16 * j);
+    }
+    out[0] = tags;
+    Some(n)
+}
+
+#[inline(always)]
+fn put_str(out: &mut [u64; KEY_WORDS], mut n: usize, b: &[u8]) -> Option<usize> {
+    for c in b.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        *out.get_mut(n)? = u64::from_le_bytes(w);
+        n += 1;
+    }
+    Some(n)
+}
+
+fn decode_key(words: &[u64], nkeys: usize) -> Vec<KeyValue> {
+    let tags = words.first().copied().unwrap_or(0);
+    let mut out = Vec::with_capacity(nkeys);
+    let mut n = 1;
+    for j in 0..nkeys {
+        let t = (tags >> (16 * j)) & 0xffff;
+        if t & 7 == 4 {
+            let len = ((t >> 3) as usize).min(STR_WORDS * 8);
+            let nw = len.div_ceil(8);
+            let mut bytes: Vec<u8> = words.iter().skip(n).take(nw).flat_map(|w| w.to_le_bytes()).collect();
+            bytes.truncate(len);
+            out.push(KeyValue::Str(bytes));
+            n += nw;
+            continue;
+        }
+        let bits = words.get(n).copied().unwrap_or(0);
+        n += 1;
+        out.push(match t & 7 {
+            0 => KeyValue::Int(bits as i64),
+            1 => KeyValue::Uint(bits),
+            2 => KeyValue::Float(bits),
+            _ => KeyValue::Bool(bits != 0),
+        });
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread tables
+
+#[derive(Clone, Copy, Default)]
+struct Meta {
+    /// 0: empty.
+    hash: u64,
+    key_len: u8,
+    /// 0: the group's scalar aggregates; `1 + j`: bucket `bucket` of aggregate `j`.
+    tag: u8,
+    bucket: i32,
+}
+
+struct Table {
+    meta: Box<[Meta]>,
+    keys: Box<[[u64; KEY_WORDS]]>,
+    cells: Box<[i128]>,
+    stride: usize,
+    used: usize,
+    events: u64,
+    drops: Drops,
+}
+
+impl Table {
+    fn new(c: &Compiled) -> Table {
+        Table {
+            meta: vec![Meta::default(); c.capacity].into_boxed_slice(),
+            keys: vec![[0u64; KEY_WORDS]; c.capacity].into_boxed_slice(),
+            cells: vec![0i128; c.capacity * c.cells].into_boxed_slice(),
+            stride: c.cells,
+            used: 0,
+            events: 0,
+            drops: Drops::default(),
+        }
+    }
+
+    /// The entry of (key, tag, bucket), inserted (cells initialised by `init`) if absent;
+    /// `None` when the table is full (7/8 of its capacity).
+    #[inline]
+    fn entry(
+        &mut self,
+        key: &[u64],
+        tag: u8,
+        bucket: i32,
+        init: impl FnOnce(&mut [i128]),
+    ) -> Option<&mut [i128]> {
+        let h = hash(key, tag, bucket);
+        let mask = self.meta.len() - 1;
+        let mut i = h as usize & mask;
+        loop {
+            let m = self.meta[i];
+            if m.hash == 0 {
+                if (self.used + 1) * 8 > self.meta.len() * 7 {
+                    return None;
+                }
+                self.meta[i] = Meta { hash: h, key_len: key.len() as u8, tag, bucket };
+                self.keys[i][..key.len()].copy_from_slice(key);
+                self.used += 1;
+                let cells = &mut self.cells[i * self.stride..(i + 1) * self.stride];
+                init(cells);
+                return Some(cells);
+            }
+            if m.hash == h
+                && m.tag == tag
+                && m.bucket == bucket
+                && words_eq(&self.keys[i][..m.key_len as usize], key)
+            {
+                return Some(&mut self.cells[i * self.stride..(i + 1) * self.stride]);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn to_partial(&self, c: &Compiled) -> Partial {
+        let mut p = Partial { events: self.events, drops: self.drops, ..Partial::default() };
+        for (i, m) in self.meta.iter().enumerate() {
+            if m.hash == 0 {
+                continue;
+            }
+            let key = decode_key(&self.keys[i][..m.key_len as usize], c.keys.len());
+            let states =
+                p.groups.entry(key).or_insert_with(|| c.aggs.iter().map(|(k, _)| k.empty()).collect());
+            let cells = &self.cells[i * self.stride..(i + 1) * self.stride];
+            if m.tag == 0 {
+                let mut ci = 0;
+                for ((kind, _), st) in c.aggs.iter().zip(states.iter_mut()) {
+                    if kind.bucketed() {
+                        continue;
+                    }
+                    let a = cells[ci];
+                    *st = match kind {
+                        AggKind::Count => State::Count(a as u64),
+                        AggKind::Sum => State::Sum(a),
+                        AggKind::Min => State::Min((a != i128::MAX).then_some(a)),
+                        AggKind::Max => State::Max((a != i128::MIN).then_some(a)),
+                        _ => State::Avg { sum: a, count: cells[ci + 1] as u64 },
+                    };
+                    ci += if matches!(kind, AggKind::Avg) { 2 } else { 1 };
+                }
+            } else if let Some(State::Buckets(b)) = states.get_mut(m.tag as usize - 1) {
+                b.insert(m.bucket, cells[0] as u64);
+            }
+        }
+        p
+    }
+}
+
+#[inline(always)]
+fn hash(key: &[u64], tag: u8, bucket: i32) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut h = ((tag as u64) << 32 ^ bucket as u32 as u64).wrapping_mul(K);
+    for w in key {
+        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
+    }
+    (h ^ h >> 29) | 1
+}
+
+#[inline(always)]
+fn words_eq(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// One thread's partial of one query: the table, which the owner thread takes for an update
+/// without waiting and the collector takes to swap it out.
+///
+/// Two protocols, chosen once before the first install ([`ASYMMETRIC`]):
+/// * asymmetric (Linux `membarrier`, registered for the process): the owner marks `busy` with a
+///   plain store, a compiler fence, and backs off if `collecting` is set; the collector sets
+///   `collecting`, runs `membarrier` (a full fence on every thread of the process, which makes
+///   the owner's compiler fence a real one), then waits for `busy` to clear. No atomic
+///   read-modify-write on the traced thread.
+/// * otherwise: both sides take `busy` with a compare-exchange.
+struct ThreadPartial {
+    busy: AtomicBool,
+    collecting: AtomicBool,
+    table: UnsafeCell<Table>,
+    /// Events dropped because the collector held the table.
+    skipped: AtomicU64,
+}
+
+// SAFETY: `table` is only touched by whoever holds it under the protocol above.
+unsafe impl Sync for ThreadPartial {}
+// SAFETY: as above; Table owns plain data.
+unsafe impl Send for ThreadPartial {}
+
+/// The asymmetric protocol is in use (set before the first query is published, never changed).
+static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+static PROTOCOL: std::sync::Once = std::sync::Once::new();
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 8;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 16;
+
+fn choose_protocol() {
+    PROTOCOL.call_once(|| {
+        // SAFETY: membarrier takes two integer arguments; failure (old kernel, seccomp) leaves
+        // the compare-exchange protocol.
+        let ok =
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) }
+                == 0;
+        ASYMMETRIC.store(ok, Ordering::Release);
+    });
+}
+
+/// Does the traced thread take its table without an atomic read-modify-write (the process is
+/// registered for `membarrier`)? Decided at the first install.
+pub fn asymmetric() -> bool {
+    ASYMMETRIC.load(Ordering::Relaxed)
+}
+
+impl ThreadPartial {
+    fn new(c: &Compiled) -> ThreadPartial {
+        ThreadPartial {
+            busy: AtomicBool::new(false),
+            collecting: AtomicBool::new(false),
+            table: UnsafeCell::new(Table::new(c)),
+            skipped: AtomicU64::new(0),
+        }
+    }
+
+    /// Run `f` on the table if the collector does not hold it (the owner thread only).
+    #[inline(always)]
+    fn try_with<R>(&self, f: impl FnOnce(&mut Table) -> R) -> Option<R> {
+        if ASYMMETRIC.load(Ordering::Relaxed) {
+            self.busy.store(true, Ordering::Relaxed);
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
+            if self.collecting.load(Ordering::Relaxed) {
+                self.busy.store(false, Ordering::Release);
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        } else if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        // SAFETY: we hold the table (see the type's docs).
+        let r = f(unsafe { &mut *self.table.get() });
+        self.busy.store(false, Ordering::Release);
+        Some(r)
+    }
+}
+
+/// Swap every partial's table for a fresh one (the collector; waits for owner threads, which
+/// hold a table for nanoseconds). Empty if the fence failed (nothing taken).
+fn swap_all(parts: &[Arc<ThreadPartial>], c: &Compiled) -> Vec<Table> {
+    if ASYMMETRIC.load(Ordering::Acquire) {
+        for p in parts {
+            p.collecting.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: registered in choose_protocol; plain integer arguments.
+        let fenced =
+            unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) } == 0;
+        if !fenced {
+            // registered, yet refused now: without the fence the tables cannot be taken
+            // safely; leave them (their events are collected next time)
+            for p in parts {
+                p.collecting.store(false, Ordering::Release);
+            }
+            tracing::warn!("weft-probe: membarrier failed; live query partials not collected this time");
+            return Vec::new();
+        }
+        parts
+            .iter()
+            .map(|p| {
+                while p.busy.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                // SAFETY: `collecting` is set and the owner is not inside its update.
+                let old = std::mem::replace(unsafe { &mut *p.table.get() }, Table::new(c));
+                p.collecting.store(false, Ordering::Release);
+                old
+            })
+            .collect()
+    } else {
+        parts
+            .iter()
+            .map(|p| {
+                while p.busy.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err()
+                {
+                    std::thread::yield_now();
+                }
+                // SAFETY: we hold `busy`.
+                let old = std::mem::replace(unsafe { &mut *p.table.get() }, Table::new(c));
+                p.busy.store(false, Ordering::Release);
+                old
+            })
+            .collect()
+    }
+}
+
+struct Installed {
+    id: QueryId,
+    tps: Vec<&'static Tracepoint>,
+    compiled: Compiled,
+    threads: Mutex<Vec<Arc<ThreadPartial>>>,
+}
+
+struct Queries {
+    list: Vec<Arc<Installed>>,
+    next: u64,
+}
+
+static QUERIES: Mutex<Queries> = Mutex::new(Queries { list: Vec::new(), next: 1 });
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+static REFRESH_SKIPPED: AtomicU64 = AtomicU64::new(0);
+
+fn queries() -> MutexGuard<'static, Queries> {
+    QUERIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Attached {
+    tp: *const Tracepoint,
+    /// The filter's common shapes, copied here so that a rejecting event touches nothing else.
+    fast: Fast,
+    query: Arc<Installed>,
+    partial: Arc<ThreadPartial>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Fast {
+    /// No filter.
+    All,
+    /// One comparison of an integer field with a constant.
+    Int { field: u8, op: CmpOp, c: i128 },
+    /// Anything else: the postfix program.
+    General,
+}
+
+impl Compiled {
+    fn fast(&self) -> Fast {
+        match self.ops.as_slice() {
+            [Op::Const(true)] | [] => Fast::All,
+            [Op::Cmp(Src::Field(field), Test::Int(op, c))] => Fast::Int { field: *field, op: *op, c: *c },
+            _ => Fast::General,
+        }
+    }
+}
+
+struct Tls {
+    epoch: u64,
+    attached: Vec<Attached>,
+    ctx: ThreadCtx,
+}
+
+thread_local! {
+    static TLS: RefCell<Tls> = const {
+        RefCell::new(Tls { epoch: 0, attached: Vec::new(), ctx: ThreadCtx { pid: 0, tid: 0, comm: Vec::new(), host: Vec::new() } })
+    };
+}
+
+/// Events skipped because a thread found the query list locked when it had to pick up an
+/// install or detach (it retries at its next event).
+pub fn refresh_skipped() -> u64 {
+    REFRESH_SKIPPED.load(Ordering::Relaxed)
+}
+
+/// Run the installed queries of `tp` on one event (called by the recording path when the
+/// tracepoint's query bit is set).
+#[inline(always)]
+pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
+    let _ = TLS.try_with(|t| {
+        let Ok(mut t) = t.try_borrow_mut() else { return };
+        let epoch = EPOCH.load(Ordering::Acquire);
+        if t.epoch != epoch && !refresh(&mut t, epoch) {
+            REFRESH_SKIPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let t = &*t;
+        for a in &t.attached {
+            if !std::ptr::eq(a.tp, tp) {
+                continue;
+            }
+            let pass = match a.fast {
+                Fast::All => Some(true),
+                Fast::Int { field, op, c } => match ev.field(field) {
+                    Some(Scalar::U64(v)) => Some(op.test(&(v as i128), &c)),
+                    Some(Scalar::I64(v)) => Some(op.test(&(v as i128), &c)),
+                    _ => eval(&a.query.compiled, ev, &t.ctx),
+                },
+                Fast::General => eval(&a.query.compiled, ev, &t.ctx),
+            };
+            if pass != Some(false) {
+                update(&a.query.compiled, &a.partial, ev, &t.ctx, pass.is_some());
+            }
+        }
+    });
+}
+
+/// Aggregate an event that passed the filter (`typed`: the filter saw the types it expected).
+#[inline(never)]
+fn update<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &ThreadCtx, typed: bool) {
+    let pass = typed.then_some(true);
+    let mut key = [0u64; KEY_WORDS];
+    let klen = if pass.is_some() { encode_key(&c.keys, ev, ctx, &mut key) } else { None };
+    partial.try_with(|t| {
+        let Some(klen) = klen else {
+            t.drops.type_mismatch += 1;
+            return;
+        };
+        let key = &key[..klen];
+        // inputs first, so that a mismatch drops the whole event
+        let mut inputs = [None::<Input>; MAX_AGGS];
+        for (slot, (_, src)) in inputs.iter_mut().zip(&c.aggs).filter(|_| c.has_inputs) {
+            if let Some(src) = src {
+                match read(*src, ev, ctx) {
+                    Some(Val::Int(v)) => *slot = Some(Input::Int(v)),
+                    Some(Val::Bool(b)) => *slot = Some(Input::Int(b as i128)),
+                    Some(Val::Float(f)) => *slot = Some(Input::Float(f)),
+                    _ => {
+                        t.drops.type_mismatch += 1;
+                        return;
+                    }
+                }
+            }
+        }
+        if c.has_scalars {
+            let Some(cells) = t.entry(key, 0, 0, |cells| init_cells(c, cells)) else {
+                t.drops.table_full += 1;
+                return;
+            };
+            let mut ci = 0;
+            for ((kind, _), input) in c.aggs.iter().zip(&inputs) {
+                let v = match input {
+                    Some(Input::Int(v)) => *v,
+                    Some(Input::Float(f)) => *f as i128,
+                    None => 0,
+                };
+                match kind {
+                    AggKind::Count => cells[ci] += 1,
+                    AggKind::Sum => cells[ci] = cells[ci].wrapping_add(v),
+                    AggKind::Min => cells[ci] = cells[ci].min(v),
+                    AggKind::Max => cells[ci] = cells[ci].max(v),
+                    AggKind::Avg => {
+                        cells[ci] = cells[ci].wrapping_add(v);
+                        cells[ci + 1] += 1;
+                        ci += 1;
+                    }
+                    _ => continue,
+                }
+                ci += 1;
+            }
+        }
+        for (j, ((kind, _), input)) in c.aggs.iter().zip(&inputs).enumerate() {
+            let bucket = match input {
+                Some(Input::Int(v)) => kind.bucket_int(*v),
+                Some(Input::Float(f)) => kind.bucket_float(*f),
+                None => None,
+            };
+            let Some(b) = bucket else { continue };
+            match t.entry(key, j as u8 + 1, b, |cells| cells.fill(0)) {
+                Some(cells) => cells[0] += 1,
+                None => {
+                    t.drops.table_full += 1;
+                    return;
+                }
+            }
+        }
+        t.events += 1;
+    });
+}
+
+#[derive(Clone, Copy)]
+enum Input {
+    Int(i128),
+    Float(f64),
+}
+
+fn init_cells(c: &Compiled, cells: &mut [i128]) {
+    cells.fill(0);
+    let mut ci = 0;
+    for (kind, _) in &c.aggs {
+        match kind {
+            AggKind::Min => cells[ci] = i128::MAX,
+            AggKind::Max => cells[ci] = i128::MIN,
+            AggKind::Avg => ci += 1,
+            k if k.bucketed() => continue,
+            _ => {}
+        }
+        ci += 1;
+    }
+}
+
+/// Pick up installs and detaches (allocates this thread's tables); `false` when the query list
+/// or a query's thread list was locked.
+#[cold]
+fn refresh(t: &mut Tls, epoch: u64) -> bool {
+    // the list is copied out so that tables are allocated with no lock held
+    let list: Vec<Arc<Installed>> = match QUERIES.try_lock() {
+        Ok(q) => q.list.clone(),
+        Err(_) => return false,
+    };
+    if t.ctx.pid == 0 {
+        t.ctx.pid = std::process::id() as u64;
+        t.ctx.tid = crate::thread::tid() as u64;
+        t.ctx.host = hostname();
+    }
+    t.ctx.comm = comm();
+    let mut keep: Vec<Attached> = Vec::new();
+    for inst in &list {
+        let mine = t.attached.iter().position(|a| Arc::ptr_eq(&a.query, inst));
+        let partial = match mine {
+            Some(i) => t.attached[i].partial.clone(),
+            None => {
+                let p = Arc::new(ThreadPartial::new(&inst.compiled));
+                // never wait: retry at the next event (a table that joined a list and is left
+                // unused is collected empty and forgotten like an exited thread's)
+                let Ok(mut threads) = inst.threads.try_lock() else { return false };
+                threads.push(p.clone());
+                p
+            }
+        };
+        for tp in &inst.tps {
+            keep.push(Attached {
+                tp: *tp as *const Tracepoint,
+                fast: inst.compiled.fast(),
+                query: inst.clone(),
+                partial: partial.clone(),
+            });
+        }
+    }
+    t.attached = keep;
+    t.epoch = epoch;
+    true
+}
+
+fn hostname() -> Vec<u8> {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    let n = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    buf[..n.min(KEY_STR_MAX)].to_vec()
+}
+
+fn comm() -> Vec<u8> {
+    let mut buf = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
+    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    let n = buf.iter().position(|b| *b == 0).unwrap_or(16);
+    buf[..n].to_vec()
+}
+
+/// Check and install a plan on every tracepoint named `plan.tracepoint`. The tracepoints then
+/// run it on each `event!` (also when they are not enabled for recording).
+pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
+    let tps: Vec<&'static Tracepoint> = crate::registry::list()
+        .iter()
+        .filter(|i| i.name == plan.tracepoint)
+        .filter_map(|i| crate::registry::lookup(i.id))
+        .collect();
+    let Some(first) = tps.first() else { return Err(PlanError::NoTracepoint(plan.tracepoint.clone())) };
+    if tps.iter().any(|t| t.fields_spec() != first.fields_spec()) {
+        return Err(PlanError::Ambiguous(plan.tracepoint.clone()));
+    }
+    let schema = FieldSpec::parse_list(first.fields_spec());
+    let compiled = Compiler { tp: &plan.tracepoint, schema: &schema }.compile(plan)?;
+    choose_protocol();
+    let mut q = queries();
+    let id = QueryId(q.next);
+    q.next += 1;
+    for tp in &tps {
+        tp.set_query(true);
+    }
+    q.list.push(Arc::new(Installed { id, tps, compiled, threads: Mutex::new(Vec::new()) }));
+    EPOCH.fetch_add(1, Ordering::Release);
+    Ok(id)
+}
+
+/// Remove a query (its partial state is dropped); `false` if it was not installed. The
+/// tracepoints' query bit is cleared when no other query uses them.
+pub fn detach(id: QueryId) -> bool {
+    let mut q = queries();
+    let Some(pos) = q.list.iter().position(|i| i.id == id) else { return false };
+    let gone = q.list.remove(pos);
+    for tp in &gone.tps {
+        let still = q.list.iter().any(|i| i.tps.iter().any(|t| std::ptr::eq(*t, *tp)));
+        if !still {
+            tp.set_query(false);
+        }
+    }
+    EPOCH.fetch_add(1, Ordering::Release);
+    true
+}
+
+/// Ids and tracepoint names of the installed queries.
+pub fn installed() -> Vec<(QueryId, String)> {
+    queries()
+        .list
+        .iter()
+        .map(|i| (i.id, i.tps.first().map(|t| t.name().to_string()).unwrap_or_default()))
+        .collect()
+}
+
+/// Collect and reset the query's partial result: every thread's table is swapped for an empty
+/// one and the old ones merged; a thread that has exited is collected one last time and
+/// forgotten. `None` if the query is not installed.
+pub fn collect(id: QueryId) -> Option<Partial> {
+    let inst = queries().list.iter().find(|i| i.id == id)?.clone();
+    let threads: Vec<Arc<ThreadPartial>> = lock(&inst.threads).clone();
+    // exited before the swap: only the list and `threads` hold it, no event can follow
+    let exited: Vec<bool> = threads.iter().map(|p| Arc::strong_count(p) <= 2).collect();
+    let mut out = Partial::default();
+    let old_tables = swap_all(&threads, &inst.compiled);
+    if old_tables.len() != threads.len() {
+        return Some(out);
+    }
+    for (tp, old) in threads.iter().zip(old_tables) {
+        let mut p = old.to_partial(&inst.compiled);
+        p.drops.busy = tp.skipped.swap(0, Ordering::Relaxed);
+        // same compiled shape on every thread: merging cannot fail
+        let _ = out.merge(&p);
+    }
+    let gone: Vec<*const ThreadPartial> =
+        threads.iter().zip(&exited).filter(|(_, e)| **e).map(|(p, _)| Arc::as_ptr(p)).collect();
+    lock(&inst.threads).retain(|p| !gone.contains(&Arc::as_ptr(p)));
+    Some(out)
+}
