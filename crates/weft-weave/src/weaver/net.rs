@@ -696,6 +696,29 @@ impl NetWeaver {
             } else {
                 b.incomplete = true;
             }
+            // A packet leaving a device whose enqueue is missing goes on: its next hop still
+            // finds its journey.
+            if !drop
+                && !ingress
+                && let Some(j) = jid.and_then(|j| self.journeys.get_mut(&j))
+            {
+                j.last_ns = ev.time_ns;
+                j.flying = true;
+                j.flight_ns = ev.time_ns;
+                j.flight_from = (n.node, n.device);
+                let parent_node = j.hops.last().map(|h| h.node);
+                j.hops.push(HopRef {
+                    id,
+                    node: n.node,
+                    ingress,
+                    to_adapter: false,
+                    start_raw: ev.raw_time,
+                    parent_node,
+                });
+                if j.hops.len() > MAX_HOPS_REMEMBERED {
+                    j.hops.remove(0);
+                }
+            }
             let comp = self.comp(n.node);
             self.held.push_back((b, comp));
             return;
