@@ -186,13 +186,16 @@ impl WeaveStats {
             let mut why = Vec::new();
             if s.unmatched > 0 {
                 why.push(format!(
-                    "{} dequeued without an enqueue of that packet on the device (the log lacks                      lines of this device — cut, filtered or rejected — or its packets cannot be                      told apart: trace with packet uids, as the SimBricks fork's layout does)",
+                    "{} dequeued without an enqueue of that packet on the device (the log lacks lines \
+                     of this device — cut, filtered or rejected — or its packets cannot be told \
+                     apart: trace with packet uids, as the SimBricks fork's layout does)",
                     s.unmatched
                 ));
             }
             if s.open_at_end > 0 {
                 why.push(format!(
-                    "{} still queued when the log ended (stop the traffic a while before the                      simulation ends)",
+                    "{} still queued when the log ended (stop the traffic a while before the \
+                     simulation ends)",
                     s.open_at_end
                 ));
             }
@@ -203,7 +206,8 @@ impl WeaveStats {
                 ));
             }
             out.push(format!(
-                "{port}: {broken} of {} hops ({:.1}%) are incomplete — times at this device and the                  journeys through it are cut: {}",
+                "{port}: {broken} of {} hops ({:.1}%) are incomplete — times at this device and \
+                 the journeys through it are cut: {}",
                 s.hops,
                 100.0 * broken as f64 / s.hops.max(1) as f64,
                 why.join("; ")
