@@ -258,6 +258,7 @@ fn print_summary(topo: &Topology, r: &RunReport, elapsed: Duration) {
     for (k, v) in notes {
         eprintln!("  {:>10}  {k}", human(v));
     }
+    let net = r.weave.net_warnings();
     let a = &r.weave.assemble;
     if a.orphans + a.forced > 0 {
         eprintln!(
@@ -317,5 +318,14 @@ fn print_summary(topo: &Topology, r: &RunReport, elapsed: Duration) {
             line += &format!(", last error: {e}");
         }
         eprintln!("{line}");
+    }
+    if !net.is_empty() {
+        eprintln!(
+            "\nwarning: network hops were cut on {} device(s) — breakdowns through them are wrong:",
+            net.len()
+        );
+        for w in &net {
+            eprintln!("  {w}");
+        }
     }
 }
