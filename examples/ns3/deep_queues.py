@@ -42,13 +42,6 @@ ECHO_PORT = 123
 BULK_PORT = 5000
 
 
-def pair(nodes, a, b):
-    nc = ns.NodeContainer()
-    nc.Add(nodes.Get(a))
-    nc.Add(nodes.Get(b))
-    return nc
-
-
 def link_helper(rate, delay_us, queue):
     h = ns.PointToPointHelper()
     h.SetDeviceAttribute("DataRate", ns.StringValue(rate))
@@ -76,11 +69,11 @@ def main():
     edge = link_helper(args.edge_rate, args.delay_us, None)
     core = link_helper(args.core_rate, args.delay_us, args.queue)
     links = [
-        edge.Install(pair(nodes, C1, R0)),
-        edge.Install(pair(nodes, C2, R0)),
-        core.Install(pair(nodes, R0, R1)),
-        core.Install(pair(nodes, R1, R2)),
-        edge.Install(pair(nodes, R2, SERVER)),
+        edge.Install(nodes.Get(C1), nodes.Get(R0)),
+        edge.Install(nodes.Get(C2), nodes.Get(R0)),
+        core.Install(nodes.Get(R0), nodes.Get(R1)),
+        core.Install(nodes.Get(R1), nodes.Get(R2)),
+        edge.Install(nodes.Get(R2), nodes.Get(SERVER)),
     ]
     ns.InternetStackHelper().Install(nodes)
     addr = ns.Ipv4AddressHelper()

@@ -40,9 +40,10 @@
 //! link can hold a packet). A packet entering from a NIC (`RxPacketFromAdapter`) always
 //! starts a new journey.
 //!
-//! **Counts.** Per device, [`WeaveStats::net_ports`](super::WeaveStats::net_ports) counts hops, dequeues that matched no
-//! enqueue, hops still open at the end or closed early (`max_open`), and drops;
-//! [`WeaveStats::net_warnings`](super::WeaveStats::net_warnings) turns a device with more than 1 % such hops into a warning.
+//! **Counts.** Per device, [`net_ports`](super::WeaveStats::net_ports) counts hops, dequeues
+//! that matched no enqueue, hops still open at the end or closed early (`max_open`), and
+//! drops; [`net_warnings`](super::WeaveStats::net_warnings) turns a device with more than 1 %
+//! such hops (not counting drops) into a warning.
 //!
 //! **Parents.** An egress hop's parent is the journey's latest ingress hop on the same node
 //! (else its latest hop); an ingress hop's parent is the journey's latest egress hop on another
@@ -179,7 +180,7 @@ pub(crate) struct NetWeaver {
     open: IdMap<PortKey, VecDeque<OpenHop>>,
     open_count: usize,
     held: VecDeque<(Building, Arc<str>)>,
-    /// Per (node, device): how its hops were woven (into [`WeaveStats::net_ports`](super::WeaveStats::net_ports) at the end).
+    /// Per (node, device): how its hops were woven (into `WeaveStats::net_ports` at the end).
     port_stats: IdMap<(u32, u32), NetPortStats>,
     /// Per ingress (node, device): the egress ports packets were seen to come from.
     wires: IdMap<(u32, u32), Vec<(u32, u32)>>,
