@@ -46,3 +46,18 @@ pub fn write_spans(path: &Path, format: Format, spans: &[Span]) {
 pub fn csv(text: &str) -> Vec<Vec<String>> {
     text.lines().map(|l| l.split(',').map(str::to_owned).collect()).collect()
 }
+
+/// Runs one of `examples/ns3`'s scenarios with real ns-3 (the PyPI `ns3` wheel) and returns
+/// its output; fails the test, with ns-3's stderr, if the script fails.
+pub fn run_ns3(script: &str, args: &[String]) -> Output {
+    let script = weft_testkit::workspace_root().join("examples/ns3").join(script);
+    let out = Command::new(weft_testkit::python()).arg(&script).args(args).output().expect("run python");
+    assert!(
+        out.status.success(),
+        "{} failed ({}) — is the PyPI `ns3` wheel installed? (.ci/test installs .ci/requirements.txt)\n{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -11,6 +11,7 @@ mod case_study;
 mod common;
 mod convert;
 mod crash;
+mod deep_queues;
 mod explore;
 mod import_ctf;
 mod import_probe;
