@@ -13,6 +13,7 @@ mod convert;
 mod crash;
 mod import_ctf;
 mod import_probe;
+mod lttng_live;
 mod peers;
 mod record;
 mod serve;
