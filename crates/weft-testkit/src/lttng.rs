@@ -266,6 +266,12 @@ impl LiveSessions {
         self.wait_for("destroyed");
     }
 
+    /// Stops the relay daemon (before the program runs), as a crash or restart would.
+    pub fn kill_relay_daemon(&mut self) {
+        std::fs::write(self.dir.join("kill-relayd"), "").expect("write kill-relayd");
+        self.wait_for("relayd-killed");
+    }
+
     /// The relay daemon's copy of session `i` (its output directory), once destroyed.
     pub fn trace_dir(&self, i: usize) -> PathBuf {
         let host = self.relay_output.join(&self.hostname);
@@ -353,7 +359,12 @@ lttng-relayd -C tcp://127.0.0.1:{c} -D tcp://127.0.0.1:{d} -L tcp://127.0.0.1:{l
 relayd=$!
 {per_session}touch "$W/ready"
 i=0
-while [ ! -f "$W/go" ] && [ ! -f "$W/done" ]; do i=$((i+1)); [ $i -lt 2400 ] || exit 1; sleep 0.05; done
+while [ ! -f "$W/go" ] && [ ! -f "$W/done" ]; do
+  i=$((i+1)); [ $i -lt 2400 ] || exit 1; sleep 0.05
+  if [ -f "$W/kill-relayd" ] && [ ! -f "$W/relayd-killed" ]; then
+    stop_pid "$relayd"; relayd=; touch "$W/relayd-killed"
+  fi
+done
 [ -f "$W/done" ] && exit 0
 "$W/app" {all} {small} {blkin}
 {stop}touch "$W/destroyed"

@@ -194,3 +194,33 @@ fn live_session_read_like_babeltrace2_and_like_the_recording() {
     assert_eq!(a.len(), 4);
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_relay_daemon_that_goes_away_is_a_clear_error_after_the_summary() {
+    let mut live = LiveSessions::start(1, &RecordOptions::default());
+    let tmp = tempfile::tempdir().unwrap();
+    let child = weft()
+        .args(["import", "ctf", "--live", &live.url(0), "--to"])
+        .arg(tmp.path().join("spans.json"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let mut v = Viewer::connect("127.0.0.1", live.live_port, Duration::from_secs(10)).unwrap();
+        if v.list_sessions().unwrap().iter().any(|x| x.clients > 0) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "weft did not attach");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    live.kill_relay_daemon();
+    let out = wait(child, 60, "weft import ctf --live");
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    // What was received is reported and written, then the error names the relay daemon.
+    assert!(t.contains("followed net://") && t.contains("wrote 0 spans to"), "{t}");
+    assert!(t.contains(&format!("relay daemon 127.0.0.1:{}: ", live.live_port)), "{t}");
+    assert!(t.contains("what was received is written"), "{t}");
+}
