@@ -931,6 +931,17 @@ impl LiveReader {
         if self.streams[i].dec.is_none() {
             self.refresh_metadata(trace)?;
             if self.streams[i].dec.is_none() {
+                // No metadata will ever come (its stream is gone): nothing of this stream can
+                // be decoded.
+                if self.traces.get(&trace).is_none_or(|t| t.closed) {
+                    tracing::warn!(
+                        "{}: stream {id} has no metadata and its metadata stream is gone",
+                        self.url
+                    );
+                    self.streams[i].state = State::Ended;
+                    self.stats.streams_ended += 1;
+                    return Ok(true);
+                }
                 return Ok(false);
             }
         }
