@@ -15,6 +15,7 @@ mod deep_queues;
 mod explore;
 mod import_ctf;
 mod import_probe;
+mod lttng_live;
 mod peers;
 mod record;
 mod serve;
