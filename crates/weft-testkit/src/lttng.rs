@@ -142,9 +142,9 @@ fn have_unshare() -> bool {
         .unwrap_or(false)
 }
 
-fn script(w: &Path, o: &RecordOptions) -> String {
-    let w = w.display();
-    let ctx = if o.contexts { "lttng add-context -u -c ch -t vtid -t vpid -t procname" } else { ":" };
+/// The start of every script: strict mode, the work directory `W`, private mounts of LTTng's
+/// run-time directories when asked (`WEFT_LTTNG_PRIVATE_MOUNTS=1`) and a private `LTTNG_HOME`.
+fn preamble(w: &Path) -> String {
     format!(
         r#"set -eu
 W='{w}'
@@ -155,7 +155,16 @@ if [ "${{WEFT_LTTNG_PRIVATE_MOUNTS:-}}" = 1 ]; then
 fi
 export LTTNG_HOME="$W/home"
 mkdir -p "$LTTNG_HOME"
-export LTTNG_UST_REGISTER_TIMEOUT=10000
+export LTTNG_UST_REGISTER_TIMEOUT=10000"#,
+        w = w.display()
+    )
+}
+
+fn script(w: &Path, o: &RecordOptions) -> String {
+    let preamble = preamble(w);
+    let ctx = if o.contexts { "lttng add-context -u -c ch -t vtid -t vpid -t procname" } else { ":" };
+    format!(
+        r#"{preamble}
 cleanup() {{
   if [ -f "$W/sessiond.pid" ]; then
     pid=$(cat "$W/sessiond.pid")
@@ -304,7 +313,7 @@ impl Drop for LiveSessions {
 }
 
 fn live_script(w: &Path, ports: &[u16; 3], sessions: &[String], o: &RecordOptions) -> String {
-    let w = w.display();
+    let preamble = preamble(w);
     let [c, d, l] = ports;
     let mut per_session = String::new();
     for s in sessions {
@@ -334,16 +343,7 @@ lttng start {s}
         sessions.iter().map(|s| format!("lttng destroy {s} &\nd=\"${{d:-}} $!\"\n")).collect();
     stop += "wait $d\n";
     format!(
-        r#"set -eu
-W='{w}'
-if [ "${{WEFT_LTTNG_PRIVATE_MOUNTS:-}}" = 1 ]; then
-  mount -t tmpfs none /var/run
-  mkdir -p /var/run/lttng
-  mount -t tmpfs none /dev/shm
-fi
-export LTTNG_HOME="$W/home"
-mkdir -p "$LTTNG_HOME"
-export LTTNG_UST_REGISTER_TIMEOUT=10000
+        r#"{preamble}
 stop_pid() {{
   kill "$1" 2>/dev/null || true
   i=0

@@ -1,23 +1,33 @@
 //! `weft import ctf --live URL`: follows an LTTng live session through `lttng-relayd`
 //! ([`weft_sources::ctf::live`]) and streams its BlkKin spans and events to the outputs of
 //! `weft import ctf DIR`, through the same decoder and the same weaver, so a session gives the
-//! same spans read live or afterwards.
+//! same spans read live or afterwards. It runs on the pipeline runtime like every import: the
+//! live reader is a ticking source (its idle rounds move the weaver's clock), BlkKin's weaver
+//! behind the event tap is the stage.
 //!
 //! Spans are output once no event touched them for `--span-idle-ms` of trace time, measured
 //! against the live merge's watermark (which inactivity beacons move forward while nothing is
 //! traced); everything still open is output when the session ends, on Ctrl-C, or when the
 //! relay daemon goes away (then the import fails after writing what it received).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use weft_model::SourceId;
+use weft_model::{Event, SourceId, Span};
 use weft_sources::ctf::live::Poll;
 use weft_sources::ctf::{DecodeOptions, LiveOptions, LiveReader, LiveUrl};
-use weft_weave::blkin::{BlkkinOptions, BlkkinWeaver};
+use weft_weave::Run;
+use weft_weave::blkin::{BlkkinOptions, BlkkinStats, BlkkinWeaver};
+use weft_weave::pipeline::{EventSource, SourceProgress, SourceReport, StageError, WeaveStage};
 
-use super::{BATCH, CtfArgs, Importer, SPAN_BATCH, imp_counts, summary_events, summary_wrote};
+use super::{
+    BATCH, CtfArgs, EventTap, finish_events, print_sinks, run_options, summary_events, summary_wrote,
+    tap_events,
+};
+use crate::cmd::pipeline::watch;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -58,6 +68,111 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// What the source leaves for the summary when it ends: the reader (its statistics and
+/// traces) and whether Ctrl-C ended it.
+#[derive(Default)]
+struct Ended {
+    reader: Option<LiveReader>,
+    stopped: bool,
+}
+
+/// The live session as a ticking pipeline source: each round polls the relay daemon; an idle
+/// round sleeps a little and ends as an empty batch (a tick).
+struct LiveSource {
+    url: PathBuf,
+    reader: LiveReader,
+    /// The reader's merge watermark, for the stage's clock.
+    watermark: Arc<AtomicU64>,
+    ended: Arc<Mutex<Ended>>,
+    stopped: bool,
+}
+
+impl EventSource for LiveSource {
+    fn name(&self) -> &str {
+        "live"
+    }
+    fn path(&self) -> &Path {
+        &self.url
+    }
+    fn is_stream(&self) -> bool {
+        true
+    }
+    fn ticks(&self) -> bool {
+        true
+    }
+    fn next_batch(&mut self, batch: &mut Vec<Event>, p: &SourceProgress) -> Result<bool, String> {
+        if STOP.load(Ordering::SeqCst) {
+            self.stopped = true;
+            self.reader.detach().map_err(|e| e.to_string())?;
+            return Ok(false);
+        }
+        let polled = self.reader.poll(batch, BATCH).map_err(|e| e.to_string())?;
+        self.watermark.store(self.reader.watermark(), Ordering::Relaxed);
+        p.counters.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        p.counters.bytes.store(self.reader.stats().bytes, Ordering::Relaxed);
+        match polled {
+            Poll::End => Ok(false),
+            Poll::Idle => {
+                std::thread::sleep(IDLE_WAIT);
+                Ok(true)
+            }
+            Poll::Events(_) => Ok(true),
+        }
+    }
+    fn finish(self: Box<Self>, _: &mut SourceReport) {
+        if let Ok(mut e) = self.ended.lock() {
+            e.stopped = self.stopped;
+            e.reader = Some(self.reader);
+        }
+    }
+}
+
+/// BlkKin's weaver behind the event tap, its clock moved by the live merge's watermark; spans
+/// idle for `--span-idle-ms` come out while the session goes on.
+struct LiveStage {
+    weaver: BlkkinWeaver,
+    tap: Arc<Mutex<EventTap>>,
+    watermark: Arc<AtomicU64>,
+    delays: Delays,
+    /// Spans still open when the input ended (output then, however short their silence).
+    open_at_end: usize,
+}
+
+/// The live stage's report: BlkKin's, the spans still open at the end, the output delays.
+struct LiveReport {
+    blkin: BlkkinStats,
+    open_at_end: usize,
+    delays: Delays,
+}
+
+impl WeaveStage for LiveStage {
+    type Item = Event;
+    type Report = LiveReport;
+    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
+        tap_events(&self.tap, events)?;
+        for e in events {
+            self.weaver.push(e);
+        }
+        self.weaver.advance(self.watermark.load(Ordering::Relaxed));
+        let before = out.len();
+        self.weaver.drain(out);
+        if out.len() > before {
+            let now = now_ns();
+            for s in &out[before..] {
+                self.delays.add(now.saturating_sub(s.end_ns));
+            }
+        }
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        self.open_at_end = self.weaver.open_spans();
+        WeaveStage::finish(&mut self.weaver, out)
+    }
+    fn into_report(self) -> LiveReport {
+        LiveReport { blkin: self.weaver.into_report(), open_at_end: self.open_at_end, delays: self.delays }
+    }
+}
+
 /// Runs `weft import ctf --live URL`.
 pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
     let url = LiveUrl::parse(url)?;
@@ -66,76 +181,48 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
         decode: DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() },
         ..LiveOptions::default()
     };
-    let mut reader = LiveReader::open(&url, SourceId(args.out.source_id), opts)
+    let reader = LiveReader::open(&url, SourceId(args.out.source_id), opts)
         .with_context(|| format!("following {url}"))?;
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    let (span_files, store, mut events_file) = args.out.open()?;
-    let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
-    let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
-    imp.weaver = BlkkinWeaver::new(BlkkinOptions {
-        idle_ns: Some(args.span_idle_ms.saturating_mul(1_000_000)),
-        ..BlkkinOptions::default()
-    });
-    let bar = weft_cli::progress::spinner("live");
-    let mut delays = Delays::default();
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut stopped = false;
-    let read: anyhow::Result<()> = (|| loop {
-        if STOP.load(Ordering::SeqCst) {
-            stopped = true;
-            reader.detach()?;
-            return Ok(());
-        }
-        batch.clear();
-        let polled = reader.poll(&mut batch, BATCH)?;
-        if !batch.is_empty() {
-            imp.events(&batch)?;
-            for e in &batch {
-                imp.weaver.push(e);
-            }
-        }
-        imp.weaver.advance(reader.watermark());
-        let before = imp.pending_spans.len();
-        imp.weaver.drain(&mut imp.pending_spans);
-        if imp.pending_spans.len() > before {
-            let now = now_ns();
-            for s in &imp.pending_spans[before..] {
-                delays.add(now.saturating_sub(s.end_ns));
-            }
-        }
-        let idle = polled == Poll::Idle;
-        if idle || imp.pending_spans.len() >= SPAN_BATCH {
-            imp.flush_spans()?;
-        }
-        let st = reader.stats();
-        bar.set_message(format!(
-            "{} events, {} spans, {} packets, {}/{} streams open",
-            imp.events,
-            imp.spans_out,
-            st.packets,
-            reader.active_streams(),
-            st.streams
-        ));
-        match polled {
-            Poll::End => return Ok(()),
-            Poll::Idle => std::thread::sleep(IDLE_WAIT),
-            Poll::Events(_) => {}
-        }
-    })();
-    bar.finish_and_clear();
-    // Whatever ended the read, output what was received.
-    let open = imp.weaver.open_spans();
-    let (spans, bstats) = imp.finish()?;
-    if let Some(s) = &store {
+    let out = args.out.open()?;
+    let watermark = Arc::new(AtomicU64::new(0));
+    let ended = Arc::new(Mutex::new(Ended::default()));
+    let source = LiveSource {
+        url: PathBuf::from(url.to_string()),
+        reader,
+        watermark: watermark.clone(),
+        ended: ended.clone(),
+        stopped: false,
+    };
+    let stage = LiveStage {
+        weaver: BlkkinWeaver::new(BlkkinOptions {
+            idle_ns: Some(args.span_idle_ms.saturating_mul(1_000_000)),
+            ..BlkkinOptions::default()
+        }),
+        tap: out.tap.clone(),
+        watermark,
+        delays: Delays::default(),
+        open_at_end: 0,
+    };
+    let run = Run::with(vec![Box::new(source)], stage, out.sinks, run_options(2))?;
+    watch(&run);
+    let report = run.wait()?;
+    // Whatever ended the read, what was received is written: the summary, then the error.
+    let c = finish_events(&out.tap)?;
+    if let Some(s) = &out.store {
         s.close().context("flushing the data directory")?;
     }
+    let mut ended = ended.lock().map_err(|_| anyhow::anyhow!("the live source's state is poisoned"))?;
+    let stopped = ended.stopped;
+    let reader = ended.reader.take().context("the live source did not end")?;
+    let LiveReport { blkin: bstats, open_at_end: open, mut delays } = report.weave;
+    let spans = report.spans;
     let st = reader.stats().clone();
     let dec = reader.decode_stats();
-    let c = imp_counts(&imp);
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     println!(
         "followed {url}{}: {} events, {} stream(s), {} packets ({} bytes) in {secs:.2} s ({:.0} events/s)",
@@ -189,7 +276,10 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
         }
     }
     summary_wrote(&args.out, spans, &c);
-    read.with_context(|| format!("following {url} (what was received is written)"))?;
+    print_sinks(&report.sinks);
+    if let Some(e) = report.sources.iter().find_map(|s| s.error.as_ref()) {
+        anyhow::bail!("following {url} (what was received is written): {e}");
+    }
     if dec.errors > 0 && args.out.strict {
         anyhow::bail!("decoding errors");
     }
