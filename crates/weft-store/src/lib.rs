@@ -27,6 +27,10 @@
 //! * **Bounded memory**: past [`StoreConfig::max_buffer_bytes`] of buffered data (flushing
 //!   cannot keep up), appends fail with [`StoreError::Overloaded`] — receivers turn that into
 //!   429/503 with Retry-After and count the drop.
+//! * **Duplicates**: a span stored twice (a client's retry after an answer it never got) is
+//!   read once by [`Store::trace`] and [`Store::search`] and written once by compaction
+//!   (same trace id, span id and content hash; two different spans sharing ids are both kept).
+//!   SQL over `spans` sees both copies until compaction merges the segments holding them.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
 //!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
@@ -46,6 +50,7 @@
 pub mod arrow_rows;
 mod attrs;
 mod config;
+mod dedup;
 mod engine;
 pub mod error;
 pub mod manifest;

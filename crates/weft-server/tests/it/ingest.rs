@@ -394,3 +394,29 @@ fn a_request_that_expands_past_the_append_limit_gets_413_alone() {
     assert_eq!(s.store.stats().buffer_spans, ok.len() as u64);
     assert_eq!(s.metric("weft_store_appends_too_large_total"), 1.0);
 }
+
+/// Issue 18 item 6: a client that retries a request it saw fail after the server had written
+/// it (a dropped connection) sends the same spans twice, and both are acknowledged. The trace
+/// API returns each span once, with its events once.
+#[test]
+fn the_same_otlp_body_posted_twice_reads_back_once() {
+    let s = TestServer::start();
+    let batch = spans(42, 80);
+    let body = otlp::encode_proto(&batch);
+    for _ in 0..2 {
+        let (st, _, _) = s.post("/v1/traces", &[PB], &body);
+        assert_eq!(st, 200);
+    }
+    assert_eq!(s.store.stats().buffer_spans, 2 * batch.len() as u64, "both copies are stored");
+    let mut ids: Vec<_> = batch.iter().map(|x| x.trace_id).collect();
+    ids.sort();
+    ids.dedup();
+    for t in ids {
+        let (st, got) = s.get(&format!("/api/v3/traces/{t}"));
+        assert_eq!(st, 200);
+        let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+        let got = otlp::decode_json(v["result"].to_string().as_bytes()).unwrap();
+        let want: Vec<_> = batch.iter().filter(|x| x.trace_id == t).cloned().collect();
+        assert_eq!(canon(got), canon(want), "trace {t}");
+    }
+}
