@@ -315,6 +315,65 @@ fn grpc_throttling_carries_retry_info() {
     }
 }
 
+/// WAL files that count their fsyncs.
+#[derive(Debug, Clone, Default)]
+struct CountingSync(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+struct CountingSyncFile(Box<dyn weft_store::wal::WalIo>, std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl weft_store::wal::WalFiles for CountingSync {
+    fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn weft_store::wal::WalIo>> {
+        Ok(Box::new(CountingSyncFile(weft_store::wal::OsFiles.create(path)?, self.0.clone())))
+    }
+}
+
+impl weft_store::wal::WalIo for CountingSyncFile {
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(buf)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.sync_data()
+    }
+}
+
+/// Issue 18 item 8: a sender that deletes its copy on the acknowledgement (`weft agent`) asks
+/// with `weft-ack: fsync` to be acknowledged only once its spans are fsynced, whatever the
+/// store's policy; the answer confirms it. Other requests keep the policy (here: never).
+#[test]
+fn weft_ack_fsync_is_acknowledged_after_the_fsync_and_confirmed() {
+    let files = CountingSync::default();
+    let syncs = files.0.clone();
+    let s = TestServer::with(|sc, _| sc.wal_files = std::sync::Arc::new(files));
+    let opened = syncs.load(std::sync::atomic::Ordering::SeqCst);
+    let n = || syncs.load(std::sync::atomic::Ordering::SeqCst) - opened;
+    let body = otlp::encode_proto(&spans(43, 20));
+    let resp = s.agent.post(&s.url("/v1/traces")).header(PB.0, PB.1).send(&body[..]).unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers().get("weft-ack").is_none());
+    assert_eq!(n(), 0, "the store's policy is never");
+    let resp = s
+        .agent
+        .post(&s.url("/v1/traces"))
+        .header(PB.0, PB.1)
+        .header("weft-ack", "fsync")
+        .send(&body[..])
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers().get("weft-ack").and_then(|v| v.to_str().ok()), Some("fsync"));
+    assert_eq!(n(), 1, "fsynced before the answer");
+    // gRPC: the same, as request and response metadata.
+    let out = s.rt.block_on(async {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+        let mut c = TraceServiceClient::connect(format!("http://{}", s.grpc)).await.unwrap();
+        let mut req = tonic::Request::new(otlp::to_request(&spans(44, 20)));
+        req.metadata_mut().insert("weft-ack", tonic::metadata::MetadataValue::from_static("fsync"));
+        c.export(req).await.unwrap()
+    });
+    assert_eq!(out.metadata().get("weft-ack").and_then(|v| v.to_str().ok()), Some("fsync"));
+    assert_eq!(n(), 2);
+}
+
 /// WAL files whose fsyncs fail once `failing` is set.
 #[derive(Debug, Clone, Default)]
 struct FailingSync(std::sync::Arc<std::sync::atomic::AtomicBool>);

@@ -71,6 +71,7 @@ struct Faults {
     /// A failing fsync has started.
     failing: AtomicBool,
     writes: AtomicUsize,
+    syncs: AtomicUsize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -93,6 +94,7 @@ impl WalIo for FaultyFile {
         self.file.write_all(buf)
     }
     fn sync_data(&self) -> io::Result<()> {
+        self.faults.syncs.fetch_add(1, Ordering::SeqCst);
         if self.faults.fail_next_sync.swap(false, Ordering::SeqCst) {
             self.faults.failing.store(true, Ordering::SeqCst);
             let mut held = self.faults.hold.lock().unwrap();
@@ -261,4 +263,33 @@ fn an_append_past_the_per_append_limit_is_refused_alone() {
     drop(store);
     // Nothing of the refused append reached the WAL.
     assert_eq!(count(&open(dir.path())), fine.len() as i64);
+}
+
+/// Issue 18 item 8: `append_synced` returns only after an fsync of the WAL holding its spans,
+/// whatever the policy — also under `Never` (nothing else fsyncs then), when its own append
+/// filled the buffer and rotated the WAL (a rotation under `Never` does not fsync the file it
+/// leaves).
+#[test]
+fn append_synced_is_fsynced_even_under_never() {
+    for rotate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let files = FaultyFiles::default();
+        let mut c = config(dir.path());
+        c.fsync = FsyncPolicy::Never;
+        c.wal_files = Arc::new(files.clone());
+        if rotate {
+            c.flush_bytes = 1;
+        }
+        let store = Store::open(c).unwrap();
+        let faults = files.0;
+        let batch = spans(60, 20);
+        let opened = faults.syncs.load(Ordering::SeqCst);
+        store.append(&batch).unwrap();
+        let before = faults.syncs.load(Ordering::SeqCst);
+        if !rotate {
+            assert_eq!(before, opened, "a plain append under Never is not fsynced");
+        }
+        store.append_synced(&batch).unwrap();
+        assert!(faults.syncs.load(Ordering::SeqCst) > before, "rotating {rotate}: not fsynced");
+    }
 }
