@@ -72,6 +72,8 @@ struct Faults {
     failing: AtomicBool,
     writes: AtomicUsize,
     syncs: AtomicUsize,
+    /// Writes fail as on a full disk (ENOSPC) while set.
+    disk_full: AtomicBool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -91,6 +93,9 @@ impl WalFiles for FaultyFiles {
 impl WalIo for FaultyFile {
     fn write_all(&self, buf: &[u8]) -> io::Result<()> {
         self.faults.writes.fetch_add(1, Ordering::SeqCst);
+        if self.faults.disk_full.load(Ordering::SeqCst) {
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device (injected)"));
+        }
         self.file.write_all(buf)
     }
     fn sync_data(&self) -> io::Result<()> {
@@ -292,4 +297,26 @@ fn append_synced_is_fsynced_even_under_never() {
         store.append_synced(&batch).unwrap();
         assert!(faults.syncs.load(Ordering::SeqCst) > before, "rotating {rotate}: not fsynced");
     }
+}
+
+/// Issue 18 item 4: a full disk (ENOSPC on a WAL write, through the file seam) stops the
+/// acknowledgements — the failing append and every one after it fail (the receivers answer 503)
+/// — and loses nothing acknowledged before it. When space returns, reopening the store (a
+/// restart of weft serve) takes appends again, with everything acknowledged still there.
+#[test]
+fn a_full_disk_stops_acknowledgements_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(61, 300);
+    let (store, faults) = faulty_store(dir.path(), FsyncPolicy::Always);
+    store.append(&all[..100]).unwrap();
+    faults.disk_full.store(true, Ordering::SeqCst);
+    assert!(store.append(&all[100..200]).is_err(), "acknowledged on a full disk");
+    faults.disk_full.store(false, Ordering::SeqCst);
+    // Space is back, but what the failed write left in the WAL is unknown: still refused.
+    assert!(matches!(store.append(&all[100..200]), Err(StoreError::Poisoned(_))));
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(count(&store), 100, "the acknowledged spans, and nothing of the refused ones");
+    store.append(&all[100..]).unwrap();
+    assert_eq!(count(&store), 300);
 }
