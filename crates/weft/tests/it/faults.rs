@@ -111,7 +111,7 @@ fn trace_of(b: u64) -> TraceId {
 
 #[test]
 fn sigkill_at_random_points_loses_and_duplicates_no_acknowledged_span() {
-    let seed = env_u64("WEFT_FAULT_SEED", 0x18_f4_017);
+    let seed = env_u64("WEFT_FAULT_SEED", 0x018f_4017);
     let cycles = env_u64("WEFT_FAULT_CYCLES", 14);
     let mut rng = Rng::new(seed);
     let dir = tempfile::tempdir().unwrap();
