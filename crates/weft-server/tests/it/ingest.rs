@@ -315,35 +315,13 @@ fn grpc_throttling_carries_retry_info() {
     }
 }
 
-/// WAL files that count their fsyncs.
-#[derive(Debug, Clone, Default)]
-struct CountingSync(std::sync::Arc<std::sync::atomic::AtomicU64>);
-
-struct CountingSyncFile(Box<dyn weft_store::wal::WalIo>, std::sync::Arc<std::sync::atomic::AtomicU64>);
-
-impl weft_store::wal::WalFiles for CountingSync {
-    fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn weft_store::wal::WalIo>> {
-        Ok(Box::new(CountingSyncFile(weft_store::wal::OsFiles.create(path)?, self.0.clone())))
-    }
-}
-
-impl weft_store::wal::WalIo for CountingSyncFile {
-    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
-        self.0.write_all(buf)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.sync_data()
-    }
-}
-
 /// Issue 18 item 8: a sender that deletes its copy on the acknowledgement (`weft agent`) asks
 /// with `weft-ack: fsync` to be acknowledged only once its spans are fsynced, whatever the
 /// store's policy; the answer confirms it. Other requests keep the policy (here: never).
 #[test]
 fn weft_ack_fsync_is_acknowledged_after_the_fsync_and_confirmed() {
-    let files = CountingSync::default();
-    let syncs = files.0.clone();
+    let files = SyncSeam::default();
+    let syncs = files.syncs.clone();
     let s = TestServer::with(|sc, _| sc.wal_files = std::sync::Arc::new(files));
     let opened = syncs.load(std::sync::atomic::Ordering::SeqCst);
     let n = || syncs.load(std::sync::atomic::Ordering::SeqCst) - opened;
@@ -374,24 +352,28 @@ fn weft_ack_fsync_is_acknowledged_after_the_fsync_and_confirmed() {
     assert_eq!(n(), 2);
 }
 
-/// WAL files whose fsyncs fail once `failing` is set.
+/// WAL files that count their fsyncs, which fail once `failing` is set.
 #[derive(Debug, Clone, Default)]
-struct FailingSync(std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct SyncSeam {
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    syncs: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
 
-struct FailingSyncFile(Box<dyn weft_store::wal::WalIo>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct SyncSeamFile(Box<dyn weft_store::wal::WalIo>, SyncSeam);
 
-impl weft_store::wal::WalFiles for FailingSync {
+impl weft_store::wal::WalFiles for SyncSeam {
     fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn weft_store::wal::WalIo>> {
-        Ok(Box::new(FailingSyncFile(weft_store::wal::OsFiles.create(path)?, self.0.clone())))
+        Ok(Box::new(SyncSeamFile(weft_store::wal::OsFiles.create(path)?, self.clone())))
     }
 }
 
-impl weft_store::wal::WalIo for FailingSyncFile {
+impl weft_store::wal::WalIo for SyncSeamFile {
     fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
         self.0.write_all(buf)
     }
     fn sync_data(&self) -> std::io::Result<()> {
-        if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+        self.1.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.1.failing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(std::io::Error::other("injected fsync failure (EIO)"));
         }
         self.0.sync_data()
@@ -403,8 +385,8 @@ impl weft_store::wal::WalIo for FailingSyncFile {
 /// OTLP clients drop), gRPC UNAVAILABLE; nothing is acknowledged.
 #[test]
 fn a_poisoned_store_answers_503_with_retry_after_and_grpc_unavailable() {
-    let files = FailingSync::default();
-    let failing = files.0.clone();
+    let files = SyncSeam::default();
+    let failing = files.failing.clone();
     let s = TestServer::with(|sc, _| {
         sc.fsync = weft_store::FsyncPolicy::Always;
         sc.wal_files = std::sync::Arc::new(files);

@@ -113,9 +113,13 @@ impl WalIo for FaultyFile {
 }
 
 fn faulty_store(dir: &Path, fsync: FsyncPolicy) -> (Store, Arc<Faults>) {
-    let files = FaultyFiles::default();
     let mut c = config(dir);
     c.fsync = fsync;
+    faulty_store_with(c)
+}
+
+fn faulty_store_with(mut c: weft_store::StoreConfig) -> (Store, Arc<Faults>) {
+    let files = FaultyFiles::default();
     c.wal_files = Arc::new(files.clone());
     (Store::open(c).unwrap(), files.0)
 }
@@ -278,15 +282,12 @@ fn an_append_past_the_per_append_limit_is_refused_alone() {
 fn append_synced_is_fsynced_even_under_never() {
     for rotate in [false, true] {
         let dir = tempfile::tempdir().unwrap();
-        let files = FaultyFiles::default();
         let mut c = config(dir.path());
         c.fsync = FsyncPolicy::Never;
-        c.wal_files = Arc::new(files.clone());
         if rotate {
             c.flush_bytes = 1;
         }
-        let store = Store::open(c).unwrap();
-        let faults = files.0;
+        let (store, faults) = faulty_store_with(c);
         let batch = spans(60, 20);
         let opened = faults.syncs.load(Ordering::SeqCst);
         store.append(&batch).unwrap();
