@@ -225,6 +225,46 @@ pub fn decompress(encoding: &str, raw: Bytes, max: usize) -> Result<Bytes, Inges
     }
 }
 
+/// The request header (gRPC metadata) with which a sender asks to be acknowledged only once
+/// its spans are fsynced, whatever `--fsync` says: value [`ACK_FSYNC`]. The answer carries the
+/// same header when it was honoured. `weft agent` asks for it, because it deletes a batch from
+/// its spool on the acknowledgement.
+pub const ACK_HEADER: &str = "weft-ack";
+/// The value of [`ACK_HEADER`] asking for (and confirming) an fsynced acknowledgement.
+pub const ACK_FSYNC: &str = "fsync";
+
+/// When a request is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ack {
+    /// Once the spans are in the WAL (fsynced per the store's policy).
+    #[default]
+    Wal,
+    /// Once the WAL holding them is fsynced.
+    Fsync,
+}
+
+impl Ack {
+    /// What the request's [`ACK_HEADER`] asks for.
+    pub fn requested(value: Option<&[u8]>) -> Ack {
+        match value {
+            Some(v) if v.eq_ignore_ascii_case(ACK_FSYNC.as_bytes()) => Ack::Fsync,
+            _ => Ack::Wal,
+        }
+    }
+
+    /// What the HTTP request's headers ask for.
+    pub fn of(headers: &HeaderMap) -> Ack {
+        Ack::requested(headers.get(ACK_HEADER).map(|v| v.as_bytes()))
+    }
+
+    /// Confirms an fsynced acknowledgement in the answer's headers.
+    pub fn confirm(self, headers: &mut HeaderMap) {
+        if self == Ack::Fsync {
+            headers.insert(ACK_HEADER, axum::http::HeaderValue::from_static(ACK_FSYNC));
+        }
+    }
+}
+
 /// What a stored request gave.
 #[derive(Debug, Default)]
 pub struct Stored {
@@ -238,6 +278,7 @@ pub struct Stored {
 pub async fn store_body<D>(
     state: &AppState,
     r: Receiver,
+    ack: Ack,
     body: Admitted,
     decode: D,
 ) -> Result<Stored, IngestError>
@@ -250,7 +291,7 @@ where
         let decoded = decode(&bytes);
         drop(bytes);
         let out = match decoded {
-            Ok((spans, rejected)) => store_spans(&st, r, spans, rejected),
+            Ok((spans, rejected)) => store_spans(&st, r, ack, spans, rejected),
             Err(e) => {
                 st.metrics.receiver(r).requests_malformed.fetch_add(1, Ordering::Relaxed);
                 Err(IngestError::Malformed(e.to_string()))
@@ -274,20 +315,26 @@ pub fn task_failed(e: tokio::task::JoinError) -> IngestError {
 /// traffic. Counted as one request of `r`, then stored and counted like received spans.
 pub fn store_generated(state: &AppState, r: Receiver, spans: Vec<Span>) -> Result<Stored, IngestError> {
     state.metrics.receiver(r).requests.fetch_add(1, Ordering::Relaxed);
-    store_spans(state, r, spans, Rejected::default())
+    store_spans(state, r, Ack::Wal, spans, Rejected::default())
 }
 
-/// Stores decoded spans (blocking) and counts the outcome.
+/// Stores decoded spans (blocking; returning once they are as durable as `ack` asks) and
+/// counts the outcome.
 pub fn store_spans(
     state: &AppState,
     r: Receiver,
+    ack: Ack,
     spans: Vec<Span>,
     rejected: Rejected,
 ) -> Result<Stored, IngestError> {
     let c = state.metrics.receiver(r);
     c.spans_rejected.fetch_add(rejected.count, Ordering::Relaxed);
     let n = spans.len() as u64;
-    match state.store.append(&spans) {
+    let appended = match ack {
+        Ack::Wal => state.store.append(&spans),
+        Ack::Fsync => state.store.append_synced(&spans),
+    };
+    match appended {
         Ok(()) => {
             c.spans_accepted.fetch_add(n, Ordering::Relaxed);
             Ok(Stored { accepted: n, rejected })

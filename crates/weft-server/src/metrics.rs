@@ -308,6 +308,12 @@ impl Metrics {
         one("weft_store_flush_errors_total", "counter", "Failed flushes (retried).", l(&m.flush_errors));
         one("weft_store_compactions_total", "counter", "Compactions.", l(&m.compactions));
         one(
+            "weft_store_spans_deduplicated_total",
+            "counter",
+            "Repeated spans (same ids and content, e.g. a client's retry) compactions dropped.",
+            l(&m.spans_deduplicated),
+        );
+        one(
             "weft_store_retired_by_age_total",
             "counter",
             "Segments deleted by age retention.",

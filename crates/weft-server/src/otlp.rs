@@ -149,8 +149,10 @@ async fn export(State(state): State<AppState>, headers: HeaderMap, body: axum::b
         Err(e) => return error_response(enc, &e),
     };
     let proto = enc == Enc::Proto;
+    let ack = ingest::Ack::of(&headers);
     let res =
-        ingest::store_body(&state, Receiver::OtlpHttp, admitted, move |b: &[u8]| decode_http(proto, b)).await;
+        ingest::store_body(&state, Receiver::OtlpHttp, ack, admitted, move |b: &[u8]| decode_http(proto, b))
+            .await;
     match res {
         Ok(stored) => {
             let resp = proto::ExportTraceServiceResponse { partial_success: partial(&stored) };
@@ -168,6 +170,7 @@ async fn export(State(state): State<AppState>, headers: HeaderMap, body: axum::b
             };
             let mut r = (StatusCode::OK, body).into_response();
             r.headers_mut().insert(header::CONTENT_TYPE, content_type(enc));
+            ack.confirm(r.headers_mut());
             r
         }
         Err(e) => error_response(enc, &e),
@@ -197,21 +200,31 @@ impl TraceService for GrpcTraceService {
         let state = self.state.clone();
         let r = Receiver::OtlpGrpc;
         state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ack = ingest::Ack::requested(request.metadata().get(ingest::ACK_HEADER).map(|v| v.as_bytes()));
         let req = request.into_inner();
         let permit = ingest::reserve(&state, r, req.encoded_len()).map_err(|e| grpc_status(&e))?;
         let st = state.clone();
         let res = tokio::task::spawn_blocking(move || {
             let (spans, rejected) = otlp::from_request_lenient(req);
-            let out = ingest::store_spans(&st, r, spans, rejected);
+            let out = ingest::store_spans(&st, r, ack, spans, rejected);
             drop(permit);
             out
         })
         .await
         .map_err(|e| grpc_status(&ingest::task_failed(e)))?;
         match res {
-            Ok(stored) => Ok(tonic::Response::new(proto::ExportTraceServiceResponse {
-                partial_success: partial(&stored),
-            })),
+            Ok(stored) => {
+                let mut resp = tonic::Response::new(proto::ExportTraceServiceResponse {
+                    partial_success: partial(&stored),
+                });
+                if ack == ingest::Ack::Fsync {
+                    resp.metadata_mut().insert(
+                        ingest::ACK_HEADER,
+                        tonic::metadata::MetadataValue::from_static(ingest::ACK_FSYNC),
+                    );
+                }
+                Ok(resp)
+            }
             Err(e) => Err(grpc_status(&e)),
         }
     }

@@ -74,9 +74,15 @@ async fn post_spans(State(state): State<AppState>, headers: HeaderMap, body: axu
         Ok(a) => a,
         Err(e) => return ingest_error(e),
     };
-    match ingest::store_body(&state, Receiver::Zipkin, admitted, move |b: &[u8]| decode_body(proto, b)).await
+    let ack = ingest::Ack::of(&headers);
+    match ingest::store_body(&state, Receiver::Zipkin, ack, admitted, move |b: &[u8]| decode_body(proto, b))
+        .await
     {
-        Ok(_) => StatusCode::ACCEPTED.into_response(),
+        Ok(_) => {
+            let mut r = StatusCode::ACCEPTED.into_response();
+            ack.confirm(r.headers_mut());
+            r
+        }
         Err(e) => ingest_error(e),
     }
 }

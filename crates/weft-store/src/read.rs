@@ -12,7 +12,7 @@ use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
 use crate::query::{Snapshot, SnapshotTable};
-use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, memtable, resources, schema};
+use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, dedup, memtable, resources, schema};
 
 /// Result of a SQL query.
 #[derive(Debug, Clone)]
@@ -70,7 +70,9 @@ impl Store {
             }
             p.extend(found);
         }
-        let mut spans = batches_to_spans(&parts[0], &parts[1], &parts[2])?;
+        // A span acknowledged twice (a client's retry) is stored twice: read it once.
+        let ([spans, events, links], _) = dedup::dedup_spans(parts)?;
+        let mut spans = batches_to_spans(&spans, &events, &links)?;
         spans.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(a.span_id.cmp(&b.span_id)));
         Ok(spans)
     }

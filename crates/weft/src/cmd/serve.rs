@@ -51,6 +51,9 @@ pub struct Args {
     /// Buffered bytes past which receivers answer 503 (flushing cannot keep up).
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_buffer: u64,
+    /// How often retention and compaction run.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub maintenance_interval: std::time::Duration,
     /// Delete data older than this (e.g. `7d`).
     #[arg(long, value_parser = parse_duration)]
     pub retention: Option<std::time::Duration>,
@@ -120,6 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     sc.max_buffer_bytes = args.max_buffer as usize;
     sc.retention_age = args.retention;
     sc.retention_bytes = args.retention_size;
+    sc.maintenance_interval = args.maintenance_interval;
     let cfg = ServerConfig {
         otlp_http: listener("otlp-http", &args.otlp_http)?,
         otlp_grpc: listener("otlp-grpc", &args.otlp_grpc)?,

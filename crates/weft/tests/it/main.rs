@@ -13,6 +13,7 @@ mod convert;
 mod crash;
 mod deep_queues;
 mod explore;
+mod faults;
 mod import_ctf;
 mod import_probe;
 mod lttng_live;
