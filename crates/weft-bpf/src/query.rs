@@ -270,3 +270,49 @@ fn check_consts(f: &Filter) -> Result<(), String> {
         Filter::Not(a) => check_consts(a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up() -> Source {
+        Source::Uprobe { binary: PathBuf::from("/bin/true"), at: Location::Symbol("main".into()) }
+    }
+
+    #[test]
+    fn check_refuses_what_the_source_cannot_know_and_oversized_state() {
+        assert!(Query::new(up()).check().unwrap_err().contains("at least one aggregate"));
+        assert!(
+            Query::new(up()).agg(Agg::Hist(Value::Retval)).check().unwrap_err().contains("only a uretprobe")
+        );
+        let ret =
+            Source::Uretprobe { binary: PathBuf::from("/bin/true"), at: Location::Symbol("main".into()) };
+        assert!(Query::new(ret.clone()).agg(Agg::Sum(Value::Arg(0))).check().unwrap_err().contains("gone"));
+        assert!(Query::new(ret).agg(Agg::Hist(Value::Latency)).check().is_ok());
+        assert!(Query::new(up()).agg(Agg::Sum(Value::Arg(6))).check().unwrap_err().contains("arg0-arg5"));
+        let tp = Source::Tracepoint("sched:sched_switch".into());
+        assert!(Query::new(tp.clone()).agg(Agg::Sum(Value::Field("prev_pid".into()))).check().is_ok());
+        assert!(
+            Query::new(up()).agg(Agg::Sum(Value::Field("x".into()))).check().unwrap_err().contains("fields")
+        );
+        let lh = |min, max, step| {
+            Query::new(up()).agg(Agg::Lhist { value: Value::Arg(0), min, max, step }).check()
+        };
+        assert!(lh(0, 100, 10).is_ok());
+        assert!(lh(0, 100, 0).is_err() && lh(5, 5, 1).is_err());
+        assert!(lh(0, 1 << 20, 1).unwrap_err().contains("buckets"));
+        assert_eq!(Agg::Lhist { value: Value::Arg(0), min: 0, max: 5000, step: 500 }.words(), 12);
+        let comm = |c: Const| {
+            Query::new(tp.clone()).filter(Filter::Cmp(Value::Comm, Cmp::Eq, c)).agg(Agg::Count).check()
+        };
+        assert!(comm(Const::Str("bash".into())).is_ok());
+        assert!(comm(Const::Str("a-name-longer-than-15".into())).is_err());
+        assert!(comm(Const::Int(3)).is_err());
+        let mut wide = Query::new(tp).agg(Agg::Count);
+        for _ in 0..4 {
+            wide = wide.key(Value::Comm);
+        }
+        assert!(wide.clone().check().is_ok());
+        assert!(wide.key(Value::Pid).check().unwrap_err().contains("9 words"));
+    }
+}

@@ -4,27 +4,33 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 
 use weft_bpf::{Agg, Cmp, Filter, KeyPart, Probe, Query, Source, State, Value};
 
-use crate::{Bpftrace, buckets, log2_bucket, serial};
+use crate::{bpftrace, buckets, log2_bucket, serial};
 
 /// The sizes written (0 included: bucket `[0]`), each `REPEAT` times.
 const SIZES: [usize; 9] = [0, 1, 3, 8, 100, 1000, 4095, 4096, 70000];
 const REPEAT: usize = 7;
 
-/// A thread that reports its tid, waits for the go, writes `SIZES` to /dev/null and calls
-/// `getppid` `GETPPID` times.
+/// `getppid` calls after the writes.
 const GETPPID: usize = 11;
 
-fn workload() -> (i64, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+/// A thread that reports its tid, waits for the go, writes `SIZES` to /dev/null and calls
+/// `getppid` `GETPPID` times. It waits spinning: a blocking wait would be a system call made
+/// while one tool is attached and the other not yet.
+fn workload() -> (i64, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let (tid_tx, tid_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let go = Arc::new(AtomicBool::new(false));
+    let go_rx = go.clone();
     let h = std::thread::spawn(move || {
         // SAFETY: gettid(2) has no arguments and cannot fail.
         tid_tx.send(unsafe { libc::gettid() } as i64).unwrap();
-        go_rx.recv().unwrap();
+        while !go_rx.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
         let mut null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
         let buf = vec![7u8; 70000];
         for _ in 0..REPEAT {
@@ -42,7 +48,7 @@ fn workload() -> (i64, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
             unsafe { libc::getppid() };
         }
     });
-    (tid_rx.recv().unwrap(), go_tx, h)
+    (tid_rx.recv().unwrap(), go, h)
 }
 
 #[test]
@@ -69,14 +75,14 @@ fn sys_enter_filtered_count_sum_and_histograms_match_bpftrace() {
         .key(Value::Field("id".into()))
         .agg(Agg::Count);
     let by_id = Probe::start(&by_id).unwrap();
-    let bt = Bpftrace::start(&format!(
+    let bt = bpftrace(&format!(
         "tracepoint:raw_syscalls:sys_enter /tid == {tid} && args->id == {w}/ {{ @c = count(); \
          @s = sum(args->args[2]); @h = hist(args->args[2]); @l = lhist(args->args[2], 0, 5000, 500); \
          @mn = min(args->args[2]); @mx = max(args->args[2]); }} \
          tracepoint:raw_syscalls:sys_enter /tid == {tid}/ {{ @k[args->id] = count(); }}",
         w = libc::SYS_write
     ));
-    go.send(()).unwrap();
+    go.store(true, Ordering::Release);
     h.join().unwrap();
     let got = probe.read().unwrap();
     let got_by_id = by_id.read().unwrap();

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use weft_bpf::{Agg, Cmp, Filter, Location, Probe, Query, Source, State, Value};
 
-use crate::{Bpftrace, buckets, log2_bucket, serial};
+use crate::{bpftrace, buckets, log2_bucket, serial};
 
 pub fn workload_binary(dir: &std::path::Path) -> PathBuf {
     weft_testkit::compile_c("crates/weft-bpf/tests/it/workload.c", dir)
@@ -40,7 +40,7 @@ fn uprobe_and_uretprobe_aggregates_match_bpftrace() {
         .agg(Agg::Hist(Value::Latency));
     let probes: Vec<Probe> = [entry, ret, lat].iter().map(|q| Probe::start(q).unwrap()).collect();
     let b = bin.display();
-    let bt = Bpftrace::start(&format!(
+    let bt = bpftrace(&format!(
         "uprobe:{b}:weft_work /pid == {pid}/ {{ @c = count(); @s = sum(arg0); @h = hist(arg0); \
          @mn = min(arg0); @mx = max(arg0); }} \
          uretprobe:{b}:weft_work /pid == {pid}/ {{ @r = hist(retval); }} \
