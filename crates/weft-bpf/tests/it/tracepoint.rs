@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 
-use weft_bpf::{Agg, Cmp, Filter, KeyPart, Probe, Query, Source, State, Value};
+use weft_bpf::{Agg, Cmp, Const, Filter, KeyPart, Probe, Query, Source, State, Value};
 
 use crate::{bpftrace, buckets, log2_bucket, serial};
 
@@ -25,7 +25,7 @@ fn workload() -> (i64, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
     let (tid_tx, tid_rx) = mpsc::channel();
     let go = Arc::new(AtomicBool::new(false));
     let go_rx = go.clone();
-    let h = std::thread::spawn(move || {
+    let h = std::thread::Builder::new().name("weft-bpf-work".into()).spawn(move || {
         // SAFETY: gettid(2) has no arguments and cannot fail.
         tid_tx.send(unsafe { libc::gettid() } as i64).unwrap();
         while !go_rx.load(Ordering::Acquire) {
@@ -48,7 +48,7 @@ fn workload() -> (i64, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
             unsafe { libc::getppid() };
         }
     });
-    (tid_rx.recv().unwrap(), go, h)
+    (tid_rx.recv().unwrap(), go, h.unwrap())
 }
 
 #[test]
@@ -75,6 +75,17 @@ fn sys_enter_filtered_count_sum_and_histograms_match_bpftrace() {
         .key(Value::Field("id".into()))
         .agg(Agg::Count);
     let by_id = Probe::start(&by_id).unwrap();
+    // Filtered and keyed by comm (the thread's name) and tid.
+    let by_comm = Query::new(Source::Tracepoint("raw_syscalls:sys_enter".into()))
+        .filter(Filter::Cmp(Value::Comm, Cmp::Eq, Const::Str("weft-bpf-work".into())).and(Filter::cmp(
+            Value::Field("id".into()),
+            Cmp::Eq,
+            libc::SYS_write,
+        )))
+        .key(Value::Comm)
+        .key(Value::Tid)
+        .agg(Agg::Count);
+    let by_comm = Probe::start(&by_comm).unwrap();
     let bt = bpftrace(&format!(
         "tracepoint:raw_syscalls:sys_enter /tid == {tid} && args->id == {w}/ {{ @c = count(); \
          @s = sum(args->args[2]); @h = hist(args->args[2]); @l = lhist(args->args[2], 0, 5000, 500); \
@@ -86,6 +97,7 @@ fn sys_enter_filtered_count_sum_and_histograms_match_bpftrace() {
     h.join().unwrap();
     let got = probe.read().unwrap();
     let got_by_id = by_id.read().unwrap();
+    let got_by_comm = by_comm.read().unwrap();
     let bt = bt.finish();
     probe.detach();
     by_id.detach();
@@ -128,4 +140,6 @@ fn sys_enter_filtered_count_sum_and_histograms_match_bpftrace() {
     assert_eq!(got_by_id.groups, bt_k);
     assert_eq!(got_by_id.groups[&vec![KeyPart::Int(libc::SYS_write)]], vec![State::Count(n)]);
     assert_eq!(got_by_id.groups[&vec![KeyPart::Int(libc::SYS_getppid)]], vec![State::Count(GETPPID as u64)]);
+    let key = vec![KeyPart::Str("weft-bpf-work".into()), KeyPart::Int(tid)];
+    assert_eq!(got_by_comm.groups, BTreeMap::from([(key, vec![State::Count(n)])]));
 }
