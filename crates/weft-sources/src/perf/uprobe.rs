@@ -126,7 +126,6 @@ fn find_binary(bin: &str) -> Result<PathBuf, PerfError> {
 
 /// The virtual address and file offset of `func` in the ELF image `data`.
 pub fn function_offset(data: &[u8], func: &str) -> Result<(u64, u64), String> {
-    use object::{Object, ObjectSegment};
     let table = SymbolTable::from_bytes(
         data,
         "uprobe",
@@ -135,19 +134,26 @@ pub fn function_offset(data: &[u8], func: &str) -> Result<(u64, u64), String> {
     let sym = table.symbols().iter().find(|s| &*s.name == func).ok_or_else(|| {
         format!("no function {func:?} in the symbol table ({} functions; stripped binary?)", table.len())
     })?;
+    address_offset(data, sym.addr).map(|off| (sym.addr, off)).map_err(|m| format!("function {func}: {m}"))
+}
+
+/// The file offset of the virtual address `addr` in the ELF image `data`, through the
+/// loadable segment that contains it (`addr - p_vaddr + p_offset`).
+pub fn address_offset(data: &[u8], addr: u64) -> Result<u64, String> {
+    use object::{Object, ObjectSegment};
     let file = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
     for seg in file.segments() {
         let (start, size) = (seg.address(), seg.size());
-        if sym.addr >= start && sym.addr < start.saturating_add(size) {
+        if addr >= start && addr < start.saturating_add(size) {
             let (foff, fsize) = seg.file_range();
-            let rel = sym.addr - start;
+            let rel = addr - start;
             if rel >= fsize {
-                return Err(format!("function {func} at {:#x} is not backed by file data", sym.addr));
+                return Err(format!("{addr:#x} is not backed by file data"));
             }
-            return Ok((sym.addr, foff + rel));
+            return Ok(foff + rel);
         }
     }
-    Err(format!("function {func} at {:#x} lies in no loadable segment", sym.addr))
+    Err(format!("{addr:#x} lies in no loadable segment"))
 }
 
 #[cfg(test)]
