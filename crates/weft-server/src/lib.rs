@@ -5,14 +5,15 @@
 //! | listener (default) | serves |
 //! |---|---|
 //! | OTLP/gRPC `127.0.0.1:4317` | `opentelemetry.proto.collector.trace.v1.TraceService/Export` ([`otlp`]) |
-//! | OTLP/HTTP `127.0.0.1:4318` | every HTTP route below, notably `POST /v1/traces` |
-//! | Zipkin `127.0.0.1:9411` | every HTTP route, notably `POST /api/v2/spans` and the Zipkin read API ([`zipkin`]) |
-//! | query `127.0.0.1:16686` | every HTTP route: Jaeger api_v3 ([`jaeger`]), `POST /api/sql` ([`sql`]), `GET /metrics`, UI |
+//! | OTLP/HTTP `127.0.0.1:4318` | `POST /v1/traces` ([`otlp`]) and nothing else |
+//! | Zipkin `127.0.0.1:9411` | `POST /api/v2/spans` ([`zipkin`]) and nothing else |
+//! | query `127.0.0.1:16686` | Zipkin v2 read API ([`zipkin`]), Jaeger api_v3 ([`jaeger`]), `POST /api/sql` ([`sql`]), `GET /metrics`, the control API ([`control`]), UI ([`ui`]) |
 //!
-//! All HTTP listeners serve one router, so a client may use any of them. The router is built
-//! from one module per API family, each exposing `routes() -> Router<AppState>`; a new family
-//! (the UI, the control API) is one more module and one `.merge(...)` line in [`router`].
-//! Handlers share [`AppState`] (the store, metrics, configuration).
+//! Each listener serves only its own routes (like Jaeger's collector and query ports): an
+//! ingest port bound to a public address exposes ingest, not SQL, the UI or the control API.
+//! The query router is built from one module per API family, each exposing
+//! `routes() -> Router<AppState>`; a new family is one more module and one `.merge(...)` line
+//! in [`query_router`]. Handlers share [`AppState`] (the store, metrics, configuration).
 
 #![warn(missing_docs)]
 
@@ -59,10 +60,9 @@ pub enum ServerError {
     },
 }
 
-/// The HTTP router every HTTP listener serves.
-pub fn router(state: AppState) -> Router {
+/// The router of the query listener: read APIs, SQL, metrics, the control API and the UI.
+pub fn query_router(state: AppState) -> Router {
     Router::new()
-        .merge(otlp::routes())
         .merge(zipkin::routes())
         .merge(jaeger::routes())
         .merge(sql::routes())
@@ -73,6 +73,25 @@ pub fn router(state: AppState) -> Router {
         .route("/api/status", get(status))
         .fallback(not_found)
         .with_state(state)
+}
+
+/// The router of the OTLP/HTTP listener: `POST /v1/traces` only.
+pub fn otlp_http_router(state: AppState) -> Router {
+    otlp::routes().fallback(|| ingest_only("OTLP/HTTP", "POST /v1/traces")).with_state(state)
+}
+
+/// The router of the Zipkin listener: `POST /api/v2/spans` only.
+pub fn zipkin_router(state: AppState) -> Router {
+    zipkin::ingest_routes().fallback(|| ingest_only("Zipkin", "POST /api/v2/spans")).with_state(state)
+}
+
+/// 404 of an ingest listener for anything but its receiver.
+async fn ingest_only(listener: &'static str, route: &'static str) -> Response {
+    api::ApiError::not_found(format!(
+        "the {listener} listener serves {route} only; the read APIs, SQL, metrics, the control API \
+         and the UI are on the query listener (weft serve --http)"
+    ))
+    .into_response()
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
@@ -93,10 +112,10 @@ async fn status(State(state): State<AppState>) -> Response {
     api::json_bytes(body.to_string().into_bytes())
 }
 
-const INDEX: &str = "weft collector\n\
+const INDEX: &str = "weft collector (this is the query listener)\n\
 \n\
-ingest:   POST /v1/traces (OTLP/HTTP protobuf or JSON), gRPC TraceService/Export (OTLP/gRPC),\n\
-          POST /api/v2/spans (Zipkin v2 JSON or proto3)\n\
+ingest:   on their own listeners: POST /v1/traces (OTLP/HTTP protobuf or JSON), gRPC\n\
+          TraceService/Export (OTLP/gRPC), POST /api/v2/spans (Zipkin v2 JSON or proto3)\n\
 zipkin:   GET /api/v2/services | spans?serviceName= | remoteServices?serviceName= | traces?... |\n\
           trace/{id} | traceMany?traceIds= | dependencies?endTs=&lookback= | autocompleteKeys | autocompleteValues?key=\n\
 jaeger:   GET /api/v3/services | operations?service= | traces?query.serviceName=... | traces/{trace_id}\n\
@@ -200,6 +219,9 @@ async fn check_host(
     }
 }
 
+/// Builds a listener's router.
+type RouterFn = fn(AppState) -> Router;
+
 /// Binds every configured listener and starts serving. Port 0 picks a free port (see the
 /// returned addresses).
 pub async fn start(state: AppState) -> Result<Running, ServerError> {
@@ -207,26 +229,26 @@ pub async fn start(state: AppState) -> Result<Running, ServerError> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut bound = [None; 4];
-    let listeners = [
-        ("OTLP/HTTP", cfg.otlp_http, false),
-        ("OTLP/gRPC", cfg.otlp_grpc, true),
-        ("Zipkin", cfg.zipkin, false),
-        ("query", cfg.http, false),
+    let listeners: [(&'static str, _, RouterFn, bool); 4] = [
+        ("OTLP/HTTP", cfg.otlp_http, otlp_http_router, false),
+        ("OTLP/gRPC", cfg.otlp_grpc, otlp::grpc_router, true),
+        ("Zipkin", cfg.zipkin, zipkin_router, false),
+        ("query", cfg.http, query_router, false),
     ];
     let mut sockets = Vec::new();
-    for (i, (what, addr, grpc)) in listeners.into_iter().enumerate() {
+    for (i, (what, addr, router, grpc)) in listeners.into_iter().enumerate() {
         let Some(addr) = addr else { continue };
         let l = bind(what, addr).await?;
         let local = l.local_addr().map_err(|source| ServerError::Bind { what, addr, source })?;
         bound[i] = Some(local);
-        sockets.push((what, l, grpc));
+        sockets.push((what, l, router, grpc));
     }
-    let mut http_router = router(state.clone());
-    if let Some(allowed) = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>()) {
-        http_router = http_router.layer(axum::middleware::from_fn_with_state(allowed, check_host));
-    }
-    for (what, l, grpc) in sockets {
-        let app = if grpc { otlp::grpc_router(state.clone()) } else { http_router.clone() };
+    let allowed = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>());
+    for (what, l, router, grpc) in sockets {
+        let mut app = router(state.clone());
+        if let (false, Some(allowed)) = (grpc, &allowed) {
+            app = app.layer(axum::middleware::from_fn_with_state(allowed.clone(), check_host));
+        }
         let mut rx = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {

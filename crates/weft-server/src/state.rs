@@ -17,9 +17,10 @@ pub struct ServerConfig {
     pub otlp_http: Option<SocketAddr>,
     /// OTLP/gRPC receiver (`TraceService/Export`); default 127.0.0.1:4317.
     pub otlp_grpc: Option<SocketAddr>,
-    /// Zipkin v2 API (ingest and read); default 127.0.0.1:9411.
+    /// Zipkin receiver (`POST /api/v2/spans`); default 127.0.0.1:9411.
     pub zipkin: Option<SocketAddr>,
-    /// Query APIs (Jaeger api_v3, SQL, Zipkin read), `/metrics`, UI; default 127.0.0.1:16686.
+    /// Query APIs (Zipkin v2 read, Jaeger api_v3, SQL), `/metrics`, control API, UI; default
+    /// 127.0.0.1:16686.
     pub http: Option<SocketAddr>,
     /// Largest request body accepted as sent (compressed), bytes → 413 above.
     pub max_request_bytes: usize,

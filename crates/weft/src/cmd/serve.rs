@@ -27,16 +27,17 @@ pub struct Args {
     /// Demo requests per second.
     #[arg(long, default_value_t = 2.0)]
     pub demo_rate: f64,
-    /// OTLP/HTTP listener (`off` to disable).
+    /// OTLP/HTTP listener: `POST /v1/traces` only (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:4318")]
     pub otlp_http: String,
     /// OTLP/gRPC listener (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:4317")]
     pub otlp_grpc: String,
-    /// Zipkin listener: ingest and the Zipkin read API (`off` to disable).
+    /// Zipkin listener: `POST /api/v2/spans` only (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:9411")]
     pub zipkin: String,
-    /// Query listener: Jaeger api_v3, SQL, metrics, UI (`off` to disable).
+    /// Query listener: Zipkin and Jaeger read APIs, SQL, metrics, the control API, UI (`off` to
+    /// disable). The ingest listeners serve ingest only.
     #[arg(long, default_value = "127.0.0.1:16686")]
     pub http: String,
     /// WAL fsync policy: `always` (before each acknowledgement), `never`, or a period (`100ms`).
@@ -166,14 +167,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("  OTLP/HTTP  http://{a}/v1/traces");
     }
     if let Some(a) = running.zipkin {
-        println!("  Zipkin     http://{a}/api/v2/spans  (read API: http://{a}/api/v2/services, ...)");
+        println!("  Zipkin     http://{a}/api/v2/spans");
     }
-    let query = running.http.or(running.zipkin).or(running.otlp_http);
-    if let Some(a) = running.http {
-        println!("  Jaeger     http://{a}/api/v3/services  (api_v3)");
-        println!("  UI         http://{a}/");
-    }
+    let query = running.http;
     if let Some(a) = query {
+        println!(
+            "  Jaeger     http://{a}/api/v3/services  (api_v3; Zipkin read API: http://{a}/api/v2/services)"
+        );
+        println!("  UI         http://{a}/");
         println!("  SQL        http://{a}/api/sql   tables: spans, span_events, span_links, events");
         println!("  metrics    http://{a}/metrics   index: http://{a}/api");
         if state.control.enabled() {
