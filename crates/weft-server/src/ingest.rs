@@ -43,6 +43,8 @@ pub enum IngestError {
     Throttled,
     /// 400 (undecodable body; the message names the position and field).
     Malformed(String),
+    /// 408 (the body did not arrive within the body timeout).
+    TimedOut(String),
     /// 415 (content type or encoding not understood).
     Unsupported(String),
     /// 503 (the store's buffer is full).
@@ -61,6 +63,7 @@ impl IngestError {
             IngestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             IngestError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             IngestError::Malformed(_) => StatusCode::BAD_REQUEST,
+            IngestError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             IngestError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Overloaded(_) | IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             IngestError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -74,6 +77,7 @@ impl IngestError {
             IngestError::Unavailable(_) => Some(5),
             IngestError::TooLarge(_)
             | IngestError::Malformed(_)
+            | IngestError::TimedOut(_)
             | IngestError::Unsupported(_)
             | IngestError::Internal(_) => None,
         }
@@ -83,6 +87,7 @@ impl IngestError {
         match self {
             IngestError::TooLarge(m)
             | IngestError::Malformed(m)
+            | IngestError::TimedOut(m)
             | IngestError::Unsupported(m)
             | IngestError::Overloaded(m)
             | IngestError::Unavailable(m)
@@ -150,6 +155,9 @@ pub async fn admit(
             || e.to_string().contains("length limit")
         {
             too_large(state, r, format!("request body exceeds the limit of {limit} bytes"))
+        } else if crate::conn::is_body_timeout(&e) {
+            state.metrics.receiver(r).requests_timed_out.fetch_add(1, Ordering::Relaxed);
+            IngestError::TimedOut(e.to_string())
         } else {
             IngestError::Malformed(format!("reading the request body: {e}"))
         }

@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+mod conn;
 pub mod control;
 pub mod ingest;
 pub mod jaeger;
@@ -153,7 +154,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops accepting connections and waits for the listeners to finish in-flight requests.
+    /// Stops accepting connections and waits for the listeners to finish in-flight requests,
+    /// at most [`ServerConfig::shutdown_timeout`] (then the connections left are dropped).
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
@@ -241,23 +243,19 @@ pub async fn start(state: AppState) -> Result<Running, ServerError> {
         let l = bind(what, addr).await?;
         let local = l.local_addr().map_err(|source| ServerError::Bind { what, addr, source })?;
         bound[i] = Some(local);
-        sockets.push((what, l, router, grpc));
+        sockets.push((i, what, l, router, grpc));
     }
     let allowed = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>());
-    for (what, l, router, grpc) in sockets {
+    for (i, what, l, router, grpc) in sockets {
         let mut app = router(state.clone());
-        if let (false, Some(allowed)) = (grpc, &allowed) {
-            app = app.layer(axum::middleware::from_fn_with_state(allowed.clone(), check_host));
-        }
-        let mut rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(shutdown).await {
-                tracing::error!(listener = what, error = %e, "listener failed");
+        if !grpc {
+            app = app.layer(axum::middleware::from_fn_with_state(cfg.body_timeout, conn::limit_body));
+            if let Some(allowed) = &allowed {
+                app = app.layer(axum::middleware::from_fn_with_state(allowed.clone(), check_host));
             }
-        }));
+        }
+        let (rx, cfg, counters) = (stop_rx.clone(), cfg.clone(), state.metrics.listener(i));
+        tasks.push(tokio::spawn(async move { conn::serve(what, l, app, &cfg, counters, rx).await }));
     }
     Ok(Running {
         otlp_http: bound[0],

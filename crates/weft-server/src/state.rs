@@ -28,6 +28,16 @@ pub struct ServerConfig {
     pub max_decompressed_bytes: usize,
     /// Request bytes being received, decoded and stored at once; past it, 429.
     pub max_inflight_bytes: usize,
+    /// Longest a client may take to send a request's headers, and longest a keep-alive
+    /// connection may wait idle for its next request; then it is closed.
+    pub header_timeout: Duration,
+    /// Longest a client may take to send a request's body (from the request's start) → 408.
+    pub body_timeout: Duration,
+    /// Connections one listener keeps open at most; one more is closed at once (counted).
+    pub max_connections: usize,
+    /// On shutdown, how long requests in progress may take to finish before their
+    /// connections are dropped.
+    pub shutdown_timeout: Duration,
     /// Longest a read query may run.
     pub query_timeout: Duration,
     /// Rows `POST /api/sql` returns at most.
@@ -53,6 +63,10 @@ impl Default for ServerConfig {
             max_request_bytes: 16 << 20,
             max_decompressed_bytes: 64 << 20,
             max_inflight_bytes: 256 << 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            shutdown_timeout: Duration::from_secs(10),
             query_timeout: Duration::from_secs(30),
             sql_max_rows: 10_000,
             autocomplete_keys: vec![

@@ -64,6 +64,22 @@ pub struct Args {
     /// Request bytes in flight at once; past it, 429.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_inflight: u64,
+    /// Longest a client may take to send a request's headers; also how long an idle
+    /// keep-alive connection stays open. Then the connection is closed (slowloris).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// Longest a client may take to send a request's body; past it, 408 (a trickling body
+    /// gives back its share of --max-inflight).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: std::time::Duration,
+    /// Connections each listener keeps open at most; more are closed at once (counted in
+    /// weft_connections_refused_total).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// On exit, how long requests in progress may take to finish before their connections
+    /// are dropped.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_timeout: std::time::Duration,
     /// Bearer token that enables the control API (`/api/control/*`: switch tracepoints through
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
@@ -128,6 +144,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        max_connections: args.max_connections,
+        shutdown_timeout: args.shutdown_timeout,
         allowed_hosts: args.allow_hosts.clone(),
         control_token: weft_cli::control_token(
             args.control_token.as_deref(),
