@@ -7,8 +7,8 @@
 //!   while a keep-alive connection waits for its next request, so it also closes idle
 //!   connections (slowloris sends headers a byte at a time).
 //! * A request body must arrive within [`ServerConfig::body_timeout`] of the request's start
-//!   (HTTP listeners; see [`limit_body`]): a trickling body is cut (408) and gives back its
-//!   share of the in-flight budget.
+//!   (see [`limit_body`]): a trickling body is cut (408; gRPC: an error status) and gives
+//!   back its share of the in-flight budget.
 //! * Shutdown stops accepting, lets requests in progress finish for at most
 //!   [`ServerConfig::shutdown_timeout`], then drops the connections left.
 //!

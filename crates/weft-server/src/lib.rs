@@ -248,11 +248,9 @@ pub async fn start(state: AppState) -> Result<Running, ServerError> {
     let allowed = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>());
     for (i, what, l, router, grpc) in sockets {
         let mut app = router(state.clone());
-        if !grpc {
-            app = app.layer(axum::middleware::from_fn_with_state(cfg.body_timeout, conn::limit_body));
-            if let Some(allowed) = &allowed {
-                app = app.layer(axum::middleware::from_fn_with_state(allowed.clone(), check_host));
-            }
+        app = app.layer(axum::middleware::from_fn_with_state(cfg.body_timeout, conn::limit_body));
+        if let (false, Some(allowed)) = (grpc, &allowed) {
+            app = app.layer(axum::middleware::from_fn_with_state(allowed.clone(), check_host));
         }
         let (rx, cfg, counters) = (stop_rx.clone(), cfg.clone(), state.metrics.listener(i));
         tasks.push(tokio::spawn(async move { conn::serve(what, l, app, &cfg, counters, rx).await }));

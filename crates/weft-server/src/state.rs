@@ -111,6 +111,11 @@ impl Deref for AppState {
 }
 
 impl AppState {
+    /// KiB of the in-flight budget free now.
+    pub fn inflight_available(&self) -> usize {
+        self.inflight.available_permits()
+    }
+
     /// State for a store and configuration.
     pub fn new(store: Store, config: ServerConfig) -> Self {
         let permits = (config.max_inflight_bytes / 1024).clamp(1, Semaphore::MAX_PERMITS);

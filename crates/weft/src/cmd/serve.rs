@@ -58,9 +58,14 @@ pub struct Args {
     /// Delete the oldest data while segments exceed this size (e.g. `50GiB`).
     #[arg(long, value_parser = parse_size)]
     pub retention_size: Option<u64>,
-    /// Largest request body as sent; larger requests get 413.
+    /// Largest request body as sent (a gRPC message as declared); larger requests get 413
+    /// (gRPC: RESOURCE_EXHAUSTED without a RetryInfo).
     #[arg(long, default_value = "16MiB", value_parser = parse_size)]
     pub max_request_size: u64,
+    /// Largest request body once decompressed (gzip, deflate; gRPC message once inflated);
+    /// larger requests get 413.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub max_decompressed_size: u64,
     /// Request bytes in flight at once; past it, 429.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_inflight: u64,
@@ -144,6 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
+        max_decompressed_bytes: args.max_decompressed_size as usize,
         header_timeout: args.header_timeout,
         body_timeout: args.body_timeout,
         max_connections: args.max_connections,
