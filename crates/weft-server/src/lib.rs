@@ -73,7 +73,22 @@ pub fn query_router(state: AppState) -> Router {
         .route("/api", get(index))
         .route("/api/status", get(status))
         .fallback(not_found)
+        .layer(axum::middleware::map_response(security_headers))
         .with_state(state)
+}
+
+/// What the UI may load: its own files only — no inline scripts or styles, no other origins,
+/// no framing (every view is built with DOM calls and `textContent`).
+const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; \
+                   form-action 'self'; frame-ancestors 'none'";
+
+/// Every answer of the query listener carries the UI's Content-Security-Policy and
+/// `X-Content-Type-Options: nosniff` (a JSON or text answer is never run as a script).
+async fn security_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
 }
 
 /// The router of the OTLP/HTTP listener: `POST /v1/traces` only.
