@@ -113,6 +113,11 @@ async fn ingest_only(listener: &'static str, route: &'static str) -> Response {
 async fn metrics_text(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render(&state.store);
     text.push_str(&state.control.render_metrics());
+    text.push_str(&format!(
+        "# HELP weft_sql_running POST /api/sql queries running now (at most --sql-concurrency).\n\
+         # TYPE weft_sql_running gauge\nweft_sql_running {}\n",
+        state.sql_running()
+    ));
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));

@@ -85,6 +85,15 @@ pub struct Args {
     /// are dropped.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_timeout: std::time::Duration,
+    /// Longest a read query (SQL, the read APIs) may run; past it, it is cancelled (504).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub query_timeout: std::time::Duration,
+    /// SQL queries (`/api/sql`) running at once; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 4)]
+    pub sql_concurrency: usize,
+    /// Largest SQL result (Arrow memory); a larger one is refused (400 naming the limit).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub sql_max_bytes: u64,
     /// Bearer token that enables the control API (`/api/control/*`: switch tracepoints through
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
@@ -154,6 +163,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         body_timeout: args.body_timeout,
         max_connections: args.max_connections,
         shutdown_timeout: args.shutdown_timeout,
+        query_timeout: args.query_timeout,
+        sql_concurrency: args.sql_concurrency,
+        sql_max_bytes: args.sql_max_bytes as usize,
         allowed_hosts: args.allow_hosts.clone(),
         control_token: weft_cli::control_token(
             args.control_token.as_deref(),
