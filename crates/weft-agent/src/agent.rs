@@ -651,6 +651,7 @@ impl DrainLoop {
         m.event_spans.store(totals.event_spans, Ordering::Relaxed);
         m.spans_incomplete.store(totals.incomplete, Ordering::Relaxed);
         m.spans_evicted.store(totals.evicted, Ordering::Relaxed);
+        m.endpoint_resources_full.store(totals.endpoint_resources_full, Ordering::Relaxed);
         m.orphans_dropped.store(totals.orphans_dropped, Ordering::Relaxed);
         m.pins_released.store(totals.pins_released, Ordering::Relaxed);
     }
