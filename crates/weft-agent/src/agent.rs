@@ -44,8 +44,11 @@ pub struct AgentConfig {
     /// Segment directory (created with mode 0700 when missing, so processes started later use
     /// shared memory).
     pub probe_dir: PathBuf,
-    /// Collector base URL (`http://127.0.0.1:4318`); `None` = spool only.
+    /// Collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); `None` = spool only.
     pub collector: Option<String>,
+    /// Base URL of the collector's control API, on its query listener
+    /// (`http://127.0.0.1:16686`); `None` = no reports, no commands from the collector.
+    pub control_url: Option<String>,
     /// Bearer token for the collector's control API.
     pub control_token: Option<String>,
     pub spool: SpoolConfig,
@@ -93,6 +96,7 @@ impl AgentConfig {
         AgentConfig {
             probe_dir: probe_dir.into(),
             collector: None,
+            control_url: None,
             control_token: None,
             spool: SpoolConfig::new(spool_dir, 256 << 20),
             name: host.clone(),
@@ -212,7 +216,7 @@ impl Agent {
             let (sp, m, s, linger) = (spool.clone(), metrics.clone(), stop.clone(), cfg.linger);
             spawn("weft-agent-send", move || crate::ship::run(sp, sc, m, s, linger))
         });
-        if let Some(url) = &cfg.collector {
+        if let Some(url) = &cfg.control_url {
             let link = crate::collector::Link {
                 collector: weft_control::client::Collector::new(url, cfg.control_token.clone()),
                 agent: cfg.name.clone(),
@@ -647,6 +651,7 @@ impl DrainLoop {
         m.event_spans.store(totals.event_spans, Ordering::Relaxed);
         m.spans_incomplete.store(totals.incomplete, Ordering::Relaxed);
         m.spans_evicted.store(totals.evicted, Ordering::Relaxed);
+        m.endpoint_resources_full.store(totals.endpoint_resources_full, Ordering::Relaxed);
         m.orphans_dropped.store(totals.orphans_dropped, Ordering::Relaxed);
         m.pins_released.store(totals.pins_released, Ordering::Relaxed);
     }

@@ -46,8 +46,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// `base` is `http://host:port` of any of the collector's HTTP listeners (a trailing `/` or
-    /// `/v1/traces` is ignored, so the agent's OTLP endpoint works too). Without `token` only
+    /// `base` is `http://host:port` of the collector's query listener, which serves the control
+    /// API (a trailing `/` or `/v1/traces` is ignored). Without `token` only
     /// [`Collector::report`] works.
     pub fn new(base: &str, token: Option<String>) -> Collector {
         let b = base.trim_end_matches('/');

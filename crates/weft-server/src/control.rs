@@ -67,6 +67,8 @@ struct Hub {
     next_id: u64,
     commands: VecDeque<Entry>,
     agents: HashMap<String, AgentEntry>,
+    /// Agents forgotten to make room past [`MAX_AGENTS`].
+    agents_evicted: u64,
 }
 
 /// Counters of the control API.
@@ -141,6 +143,7 @@ impl ControlHub {
             let oldest = hub.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 hub.agents.remove(&k);
+                hub.agents_evicted += 1;
             }
         }
         let e = hub.agents.entry(agent.to_string()).or_insert_with(|| AgentEntry {
@@ -184,6 +187,11 @@ impl ControlHub {
         let _ = writeln!(
             o,
             "# HELP weft_agents Agents seen in the last minute.\n# TYPE weft_agents gauge\nweft_agents {live}"
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_agents_evicted_total Agents forgotten to make room (at most {MAX_AGENTS} are remembered).\n# TYPE weft_agents_evicted_total counter\nweft_agents_evicted_total {}",
+            hub.agents_evicted
         );
         type G = fn(&weft_control::proto::ProcessReport) -> String;
         let per: [(&str, &str, G); 5] = [

@@ -14,7 +14,9 @@
 //!   a failed WAL write or fsync), an I/O error, an ingest task that failed — is 429 or 503 with
 //!   `Retry-After` (gRPC: `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a `RetryInfo`); what it
 //!   cannot is 400, 413 or 415, and 500 only for a failure the same request would meet again.
-//! * Decoding and the durable append run on the blocking pool; the response is sent only after
+//! * gRPC: the message's declared length is checked against the same request limit and
+//!   reserved before tonic decodes it (see `otlp`).
+//! * Decompression, decoding and the durable append run on the blocking pool; the response is sent only after
 //!   the append (the acknowledgement means "in the WAL").
 //!
 //! [`ServerConfig::max_request_bytes`]: crate::ServerConfig::max_request_bytes
@@ -43,6 +45,8 @@ pub enum IngestError {
     Throttled,
     /// 400 (undecodable body; the message names the position and field).
     Malformed(String),
+    /// 408 (the body did not arrive within the body timeout).
+    TimedOut(String),
     /// 415 (content type or encoding not understood).
     Unsupported(String),
     /// 503 (the store's buffer is full).
@@ -61,6 +65,7 @@ impl IngestError {
             IngestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             IngestError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             IngestError::Malformed(_) => StatusCode::BAD_REQUEST,
+            IngestError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             IngestError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Overloaded(_) | IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             IngestError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -74,6 +79,7 @@ impl IngestError {
             IngestError::Unavailable(_) => Some(5),
             IngestError::TooLarge(_)
             | IngestError::Malformed(_)
+            | IngestError::TimedOut(_)
             | IngestError::Unsupported(_)
             | IngestError::Internal(_) => None,
         }
@@ -83,6 +89,7 @@ impl IngestError {
         match self {
             IngestError::TooLarge(m)
             | IngestError::Malformed(m)
+            | IngestError::TimedOut(m)
             | IngestError::Unsupported(m)
             | IngestError::Overloaded(m)
             | IngestError::Unavailable(m)
@@ -132,8 +139,13 @@ pub async fn admit(
     if let Some(n) = declared
         && n > limit
     {
-        let err =
-            too_large(state, r, format!("request body of {n} bytes exceeds the limit of {limit} bytes"));
+        let err = too_large(
+            state,
+            r,
+            format!(
+                "request body of {n} bytes exceeds the limit of {limit} bytes (weft serve --max-request-size)"
+            ),
+        );
         linger(body, limit).await;
         return Err(err);
     }
@@ -149,7 +161,14 @@ pub async fn admit(
         if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
             || e.to_string().contains("length limit")
         {
-            too_large(state, r, format!("request body exceeds the limit of {limit} bytes"))
+            too_large(
+                state,
+                r,
+                format!("request body exceeds the limit of {limit} bytes (weft serve --max-request-size)"),
+            )
+        } else if crate::conn::is_body_timeout(&e) {
+            state.metrics.receiver(r).requests_timed_out.fetch_add(1, Ordering::Relaxed);
+            IngestError::TimedOut(e.to_string())
         } else {
             IngestError::Malformed(format!("reading the request body: {e}"))
         }
@@ -159,7 +178,15 @@ pub async fn admit(
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().to_ascii_lowercase())
         .unwrap_or_default();
-    let bytes = match decompress(&encoding, raw, state.config.max_decompressed_bytes) {
+    // Inflating is CPU work (up to the limit): on the blocking pool, not the runtime's workers.
+    let max = state.config.max_decompressed_bytes;
+    let inflated = match encoding.as_str() {
+        "" | "identity" => Ok(raw),
+        _ => {
+            tokio::task::spawn_blocking(move || decompress(&encoding, raw, max)).await.map_err(task_failed)?
+        }
+    };
+    let bytes = match inflated {
         Ok(b) => b,
         Err(e @ IngestError::TooLarge(_)) => {
             state.metrics.receiver(r).requests_too_large.fetch_add(1, Ordering::Relaxed);
@@ -214,7 +241,7 @@ pub fn decompress(encoding: &str, raw: Bytes, max: usize) -> Result<Bytes, Inges
             }
             if out.len() > max {
                 return Err(IngestError::TooLarge(format!(
-                    "decompressed body exceeds the limit of {max} bytes"
+                    "decompressed body exceeds the limit of {max} bytes (weft serve --max-decompressed-size)"
                 )));
             }
             Ok(Bytes::from(out))

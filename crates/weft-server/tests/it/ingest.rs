@@ -112,8 +112,10 @@ fn oversized_bodies_get_413() {
     // Small on the wire, too big once inflated.
     let z = gzip(&big);
     assert!(z.len() < 32 << 10, "{}", z.len());
-    let (st, _, _) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &z);
+    let (st, _, body) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &z);
     assert_eq!(st, 413);
+    let status = otlp::RpcStatus::decode(&body[..]).unwrap();
+    assert!(status.message.contains("--max-decompressed-size"), "names the limit: {}", status.message);
     assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"otlp_http\"}"), 2.0);
     assert_eq!(s.store.stats().buffer_spans, 0);
 }
@@ -218,7 +220,7 @@ fn grpc_overload_and_zipkin_limits() {
     let s = TestServer::with(|sc, c| {
         sc.flush_bytes = usize::MAX;
         sc.max_buffer_bytes = 64 << 10;
-        c.max_request_bytes = 16 << 10;
+        c.max_request_bytes = 256 << 10;
     });
     let batch = spans(11, 200);
     let addr = format!("http://{}", s.grpc);
@@ -238,8 +240,8 @@ fn grpc_overload_and_zipkin_limits() {
         dropped as f64
     );
     // Zipkin: 413 past the request limit, counted; 400 for a malformed body names the field.
-    let big = zipkin::encode_v2_json(&spans(12, 40));
-    assert!(big.len() > 16 << 10, "{}", big.len());
+    let big = zipkin::encode_v2_json(&spans(12, 1500));
+    assert!(big.len() > 256 << 10, "{}", big.len());
     let (st, _, _) = s.post("/api/v2/spans", &[JSON], &big);
     assert_eq!(st, 413);
     assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"zipkin\"}"), 1.0);
@@ -460,4 +462,25 @@ fn the_same_otlp_body_posted_twice_reads_back_once() {
         let want: Vec<_> = batch.iter().filter(|x| x.trace_id == t).cloned().collect();
         assert_eq!(canon(got), canon(want), "trace {t}");
     }
+}
+
+/// Issue 18: gRPC honours --max-request-size, judged by the message's declared length before
+/// anything is decoded (it used to decode up to 64 MiB first), and says which limit.
+#[test]
+fn grpc_messages_past_the_request_limit_are_refused_before_decoding() {
+    let s = TestServer::with(|_, c| c.max_request_bytes = 16 << 10);
+    let batch = spans(14, 400);
+    assert!(otlp::to_request(&batch).encoded_len() > 16 << 10);
+    let out = grpc_exports(&s, &batch, 1);
+    let st = out[0].as_ref().unwrap_err();
+    assert_eq!(st.code(), tonic::Code::ResourceExhausted, "{st:?}");
+    assert!(st.message().contains("--max-request-size"), "{}", st.message());
+    assert_eq!(retry_delay(st), None, "413-like: not to be retried");
+    assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"otlp_grpc\"}"), 1.0);
+    assert_eq!(s.metric("weft_requests_total{receiver=\"otlp_grpc\"}"), 1.0);
+    assert_eq!(s.store.stats().buffer_spans, 0);
+    // a small one still goes through, and the budget it held is given back
+    let small = spans(15, 5);
+    assert!(grpc_exports(&s, &small, 3).iter().all(Result::is_ok));
+    assert_eq!(s.state().inflight_available(), s.state().config.max_inflight_bytes / 1024);
 }

@@ -69,33 +69,48 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 struct Collector {
     child: Option<Child>,
     data: PathBuf,
+    /// OTLP/HTTP listener (spans).
     port: u16,
+    /// Query listener (SQL, reads, metrics, control API).
+    query_port: u16,
 }
 
 impl Collector {
     fn start(data: &Path) -> Collector {
-        let mut c = Collector { child: None, data: data.to_path_buf(), port: weft_testkit::free_port() };
+        let mut c = Collector {
+            child: None,
+            data: data.to_path_buf(),
+            port: weft_testkit::free_port(),
+            query_port: weft_testkit::free_port(),
+        };
         c.restart();
         c
     }
 
+    /// The OTLP/HTTP base URL (where the agent ships spans).
     fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The query listener's base URL (reads, SQL, metrics, the control API).
+    fn query(&self) -> String {
+        format!("http://127.0.0.1:{}", self.query_port)
+    }
+
     fn restart(&mut self) {
         let child = Command::new(WEFT)
-            .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--http", "off", "--fsync", "always"])
+            .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "always"])
             .arg("--data-dir")
             .arg(&self.data)
             .args(["--otlp-http", &format!("127.0.0.1:{}", self.port)])
+            .args(["--http", &format!("127.0.0.1:{}", self.query_port)])
             .args(["--control-token", TOKEN])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn weft serve");
         self.child = Some(child);
-        let (h, url) = (http(), format!("{}/api/status", self.base()));
+        let (h, url) = (http(), format!("{}/api/status", self.query()));
         wait_for("weft serve to answer", Duration::from_secs(120), || {
             h.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200)
         });
@@ -109,7 +124,7 @@ impl Collector {
     }
 
     fn sql(&self, q: &str) -> Vec<Vec<Value>> {
-        let mut r = http().post(&format!("{}/api/sql", self.base())).send(q).expect("POST /api/sql");
+        let mut r = http().post(&format!("{}/api/sql", self.query())).send(q).expect("POST /api/sql");
         let body = r.body_mut().read_to_string().unwrap_or_default();
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{q}: {e}: {body}"));
         v["rows"]
@@ -126,7 +141,7 @@ impl Collector {
 
     /// Zipkin v2 spans of a trace.
     fn trace(&self, id: &str) -> Vec<Value> {
-        let mut r = http().get(&format!("{}/api/v2/trace/{id}", self.base())).call().expect("GET trace");
+        let mut r = http().get(&format!("{}/api/v2/trace/{id}", self.query())).call().expect("GET trace");
         if r.status().as_u16() != 200 {
             return Vec::new();
         }
@@ -134,7 +149,7 @@ impl Collector {
     }
 
     fn control(&self, token: Option<&str>, query: &str, body: &str) -> (u16, Value) {
-        let mut req = http().post(&format!("{}/api/control/probes{query}", self.base()));
+        let mut req = http().post(&format!("{}/api/control/probes{query}", self.query()));
         if let Some(t) = token {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
@@ -159,7 +174,7 @@ struct AgentProc {
 }
 
 impl AgentProc {
-    fn start(probe_dir: &Path, spool: &Path, collector: &str, extra: &[&str]) -> AgentProc {
+    fn start(probe_dir: &Path, spool: &Path, collector: &Collector, extra: &[&str]) -> AgentProc {
         let metrics = weft_testkit::free_port();
         let mut args: Vec<String> = vec![
             "agent".into(),
@@ -168,7 +183,9 @@ impl AgentProc {
             "--spool-dir".into(),
             spool.to_string_lossy().into_owned(),
             "--collector".into(),
-            collector.into(),
+            collector.base(),
+            "--control-url".into(),
+            collector.query(),
             "--control-token".into(),
             TOKEN.into(),
             "--metrics".into(),
@@ -279,7 +296,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     let (work, data, spool) = (temp(), temp(), temp());
     let probes = work.path().join("probes");
     let collector = Collector::start(data.path());
-    let agent = AgentProc::start(&probes, spool.path(), &collector.base(), &[]);
+    let agent = AgentProc::start(&probes, spool.path(), &collector, &[]);
     let tiers = cluster(work.path(), &probes);
     wait_for("four segments", Duration::from_secs(30), || segments(&probes) == 4);
 
@@ -290,7 +307,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     let h = http();
     wait_for("the agent polling the control API", Duration::from_secs(60), || {
         let mut r = h
-            .get(&format!("{}/api/control/agents", collector.base()))
+            .get(&format!("{}/api/control/agents", collector.query()))
             .header("Authorization", &format!("Bearer {TOKEN}"))
             .call()
             .expect("GET agents");
@@ -391,7 +408,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
 
     // congestion figures reached the collector; nothing was dropped at this pace
     wait_for("the agent's report on the collector's /metrics", Duration::from_secs(30), || {
-        let mut r = http().get(&format!("{}/metrics", collector.base())).call().expect("metrics");
+        let mut r = http().get(&format!("{}/metrics", collector.query())).call().expect("metrics");
         let text = r.body_mut().read_to_string().unwrap_or_default();
         text.lines().any(|l| {
             l.starts_with("weft_agent_process_ring_occupancy_max{") && l.contains("service=\"blocker\"")
@@ -468,7 +485,7 @@ fn store_and_forward_across_a_collector_outage() {
     let agent = AgentProc::start(
         &probes,
         spool.path(),
-        &collector.base(),
+        &collector,
         &["--spool-size", "64KiB", "--batch-interval", "100ms", "--max-batch-spans", "300"],
     );
     let tiers = cluster(work.path(), &probes);
@@ -533,8 +550,7 @@ fn a_killed_agent_restarts_without_losing_spans_and_repeats_at_most_one_flush() 
     let (work, data, spool) = (temp(), temp(), temp());
     let probes = work.path().join("probes");
     let collector = Collector::start(data.path());
-    let mut agent =
-        AgentProc::start(&probes, spool.path(), &collector.base(), &["--batch-interval", "100ms"]);
+    let mut agent = AgentProc::start(&probes, spool.path(), &collector, &["--batch-interval", "100ms"]);
     let tiers = cluster(work.path(), &probes);
     wait_for("four segments", Duration::from_secs(30), || segments(&probes) == 4);
     let stop = Arc::new(AtomicBool::new(false));
