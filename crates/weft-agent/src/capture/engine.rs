@@ -22,9 +22,9 @@
 //!
 //! **Bounds.** The period must lie in [`MIN_PERIOD`]..=[`MAX_PERIOD`] unless forced; a timer
 //! in the loop stops every event at the period's end ([`Counters::stop_latency`] measures
-//! how late). A core's buffer (its allocation) is split between its kernel ring (half) and
-//! the records kept from it (half, each accounted at `size_of::<Event>()`); when the kept half
-//! is full the core's probes are switched off — the data nearest the trigger is kept — and the
+//! how late). A core's buffer (its allocation) is split between its kernel ring (half, at
+//! most [`MAX_RING`]) and the records kept from it (the rest, each accounted at
+//! `size_of::<Event>()`); when the kept part is full the core's probes are switched off — the data nearest the trigger is kept — and the
 //! core is listed in [`Counters::full_cores`], its later records in [`Counters::dropped_full`].
 //! Records the kernel could not write into a full ring are [`Counters::lost`]. A target that
 //! exits ends the capture early ([`Counters::target_exited`]).
@@ -51,6 +51,9 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(2);
 pub const MAX_FUNCTIONS: usize = 128;
 /// How often the controller reads the rings and checks the timer.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
+/// The largest kernel ring of a core: the rings are drained every [`POLL_INTERVAL`], so
+/// a larger one would only cost start time (mapping it) and memory the kept records can use.
+pub const MAX_RING: u64 = 1 << 20;
 /// How long the utilization of the cores is sampled for the allocator.
 const USAGE_SAMPLE: Duration = Duration::from_millis(10);
 
@@ -118,8 +121,8 @@ pub struct Counters {
     pub switches: u64,
     /// Enable/disable operations of the controller on per-core tracers.
     pub control_ops: u64,
-    /// Cores whose tracer was switched on, in that order.
-    pub cores_enabled: Vec<u32>,
+    /// Cores whose tracer was switched on, in that order, with when (ns since the epoch).
+    pub cores_enabled: Vec<(u32, u64)>,
     /// Cores whose buffer filled (their tracer stopped early).
     pub full_cores: Vec<u32>,
     /// Records of full cores left out.
@@ -159,6 +162,38 @@ pub struct CaptureResult {
     pub uncovered: Vec<u32>,
     /// Figures.
     pub counters: Counters,
+}
+
+/// A capture's spans ([`CaptureResult::spans`]).
+#[derive(Debug, Clone, Default)]
+pub struct FunctionSpans {
+    /// Function calls (in their requests' traces where one contains them), on-CPU intervals
+    /// and thread roots.
+    pub spans: Vec<weft_model::Span>,
+    /// The kernel weaver's counters.
+    pub kernel: weft_weave::kernel::KernelSpanStats,
+    /// Where the calls went.
+    pub nest: weft_weave::kernel::NestStats,
+}
+
+impl CaptureResult {
+    /// The capture as spans: `weft_weave::kernel::kernel_spans` pairs each thread's entries
+    /// and returns into call spans (and its scheduler switches into on-CPU spans) within the
+    /// capture window, then `nest_calls` moves every call into the request span `app` ran on
+    /// that thread at that time (application spans carrying `thread.id`).
+    pub fn spans(&self, app: &[weft_model::Span], host: &str) -> FunctionSpans {
+        use weft_weave::kernel::{KernelSpanOptions, kernel_spans, nest_calls};
+        let opts = KernelSpanOptions {
+            host: host.to_owned(),
+            syscall_name: weft_sources::perf::syscall_name,
+            traced: None,
+            seed: self.start_ns ^ u64::from(self.pids.first().copied().unwrap_or(0)).rotate_left(32),
+            window: Some((self.start_ns, self.end_ns)),
+        };
+        let mut ks = kernel_spans(&self.events, &opts);
+        let nest = nest_calls(&mut ks.spans, app);
+        FunctionSpans { spans: ks.spans, kernel: ks.stats, nest }
+    }
 }
 
 /// Why a capture was refused or failed.
@@ -284,8 +319,11 @@ impl Engine {
                 Some(dir) => Target::Cgroup(dir),
                 None => Target::Pids(pids.clone()),
             },
-            // Half of each buffer is the kernel ring.
-            cpus: allocation.buffers.iter().map(|b| (b.core, (b.bytes / 2 / 4096) as usize)).collect(),
+            cpus: allocation
+                .buffers
+                .iter()
+                .map(|b| (b.core, (ring_bytes(b.bytes) / 4096) as usize))
+                .collect(),
             source: SourceId(0),
             ..CaptureConfig::default()
         };
@@ -298,9 +336,9 @@ impl Engine {
         let capacity: BTreeMap<u32, u64> = allocation
             .buffers
             .iter()
-            .map(|b| (b.core, b.bytes / 2 / std::mem::size_of::<Event>() as u64))
+            .map(|b| (b.core, (b.bytes - ring_bytes(b.bytes)) / std::mem::size_of::<Event>() as u64))
             .collect();
-        let rings: u64 = allocation.buffers.iter().map(|b| b.bytes / 2).sum();
+        let rings: u64 = allocation.buffers.iter().map(|b| ring_bytes(b.bytes)).sum();
 
         // Tracers on: every core's switches, and the probes of the cores the target is on now.
         cap.enable_owners()?;
@@ -308,7 +346,7 @@ impl Engine {
         for &c in recent.iter().filter(|c| capacity.contains_key(c)) {
             cap.enable_cpu(c)?;
             enabled.insert(c);
-            counters.cores_enabled.push(c);
+            counters.cores_enabled.push((c, weft_model::time::now_unix_nanos()));
             counters.control_ops += 1;
         }
         let start_ns = weft_model::time::now_unix_nanos();
@@ -394,12 +432,17 @@ impl Engine {
             let target = cap.traced_threads().is_some_and(|t| t.contains(next_tid));
             if target && capacity.contains_key(cpu) && enabled.insert(*cpu) {
                 cap.enable_cpu(*cpu)?;
-                counters.cores_enabled.push(*cpu);
+                counters.cores_enabled.push((*cpu, weft_model::time::now_unix_nanos()));
                 counters.control_ops += 1;
             }
         }
         Ok(())
     }
+}
+
+/// The kernel ring's share of a core's buffer: half, at most [`MAX_RING`].
+fn ring_bytes(buffer: u64) -> u64 {
+    (buffer / 2).min(MAX_RING)
 }
 
 fn held(kept: &BTreeMap<u32, u64>) -> u64 {

@@ -150,6 +150,17 @@ fn function_calls_of_a_request_server_for_a_bounded_period() {
     assert!(r.sched.iter().all(|s| s.pid == pid));
     assert!(r.sched.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
     assert!(c.control_ops <= 2 * all_cores().len() as u64);
+    // A core's function records start once its tracer is on.
+    for e in &r.events {
+        if let (
+            EventKind::Kernel(KernelEvent::UprobeEntry { cpu, .. } | KernelEvent::UprobeReturn { cpu, .. }),
+            t,
+        ) = (&e.kind, e.time_ns)
+        {
+            let on = c.cores_enabled.iter().find(|x| x.0 == *cpu).map(|x| x.1);
+            assert!(on.is_some_and(|on| on <= t), "a call on core {cpu} at {t}, its tracer on at {on:?}");
+        }
+    }
     assert!(c.control_ops < c.switches);
     // The budget: per-core buffers within the request's budget, peak memory within them.
     assert!(c.buffer_bytes <= 64 * MIB && c.peak_bytes <= c.buffer_bytes);

@@ -470,7 +470,7 @@ fn type_label(e: &Event) -> &'static str {
     }
 }
 
-fn hostname() -> String {
+pub(super) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into())
@@ -487,7 +487,7 @@ fn write_events(path: &Path, events: &[Event]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read_spans(path: &Path) -> anyhow::Result<Vec<Span>> {
+pub(super) fn read_spans(path: &Path) -> anyhow::Result<Vec<Span>> {
     let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut head = vec![0u8; 64 << 10];
     let n = f.read(&mut head)?;

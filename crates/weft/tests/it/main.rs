@@ -11,6 +11,7 @@ mod case_study;
 mod common;
 mod convert;
 mod crash;
+mod exist;
 mod import_ctf;
 mod import_probe;
 mod peers;
