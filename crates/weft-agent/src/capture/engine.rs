@@ -78,6 +78,16 @@ pub enum Cores {
     Set(Vec<u32>),
 }
 
+impl Cores {
+    /// `auto` or a CPU list (`0-3,6`); `None` when it is neither.
+    pub fn parse(s: &str) -> Option<Cores> {
+        if s == "auto" {
+            return Some(Cores::Auto);
+        }
+        weft_sources::perf::sys::parse_cpu_list(s).filter(|c| !c.is_empty()).map(Cores::Set)
+    }
+}
+
 /// The tracer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

@@ -97,13 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// `--cores`: `auto` or a CPU list.
 fn parse_cores(s: &str) -> anyhow::Result<Cores> {
-    if s == "auto" {
-        return Ok(Cores::Auto);
-    }
-    weft_sources::perf::sys::parse_cpu_list(s)
-        .filter(|c| !c.is_empty())
-        .map(Cores::Set)
-        .with_context(|| format!("--cores {s:?}: give `auto` or a CPU list such as 0-3,6"))
+    Cores::parse(s).with_context(|| format!("--cores {s:?}: give `auto` or a CPU list such as 0-3,6"))
 }
 
 fn capture(args: CaptureArgs) -> anyhow::Result<()> {

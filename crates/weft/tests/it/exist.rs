@@ -138,3 +138,54 @@ fn refusals_name_their_reason() {
     assert!(e.contains("--cores \"x-y\""), "{e}");
     assert!(!out.exists());
 }
+
+/// Through the collector: a capture request on the control API (token) reaches the agent,
+/// which runs it and ships the function spans on its OTLP path into the store.
+#[test]
+fn a_capture_requested_through_the_collector_lands_in_the_store() {
+    use super::agent::{AgentProc, Collector, TOKEN, http, wait_for};
+    let dir = tempfile::tempdir().unwrap();
+    let collector = Collector::start(&dir.path().join("data"));
+    let probe_dir = dir.path().join("probes");
+    let _agent = AgentProc::start(&probe_dir, &dir.path().join("spool"), &collector.base(), &[]);
+    let bin = weft_testkit::compile_c("examples/exist/requests.c", dir.path());
+    let server = Server(
+        Command::new(&bin).arg(dir.path().join("app.jsonl")).args(["--seconds", "30"]).spawn().unwrap(),
+    );
+    let pid = server.0.id();
+    let post = |token: Option<&str>, body: &str| {
+        let mut req = http().post(&format!("{}/api/control/captures?wait=20s", collector.base()));
+        if let Some(t) = token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut r = req.send(body).unwrap();
+        let st = r.status().as_u16();
+        (
+            st,
+            serde_json::from_str::<serde_json::Value>(&r.body_mut().read_to_string().unwrap())
+                .unwrap_or_default(),
+        )
+    };
+    let body = format!(r#"{{"pid":{pid},"period_ms":300,"functions":["handle_request","lookup"]}}"#);
+    assert_eq!(post(None, &body).0, 401);
+    // The agent polls once before it takes commands.
+    let mut v = serde_json::Value::Null;
+    wait_for("the agent to run a capture", Duration::from_secs(60), || {
+        let (st, got) = post(Some(TOKEN), &body);
+        v = got;
+        st == 200 && v["results"].as_array().is_some_and(|r| !r.is_empty())
+    });
+    println!("capture through the collector: {v}");
+    let r = &v["results"][0];
+    assert!(r["error"].is_null(), "{r}");
+    assert!(r["calls"].as_u64().unwrap() > 10, "{r}");
+    assert!(r["spans"].as_u64().unwrap() >= r["calls"].as_u64().unwrap());
+    assert!(r["stop_latency_us"].is_u64() && r["start_latency_us"].is_u64());
+    wait_for("the function spans in the store", Duration::from_secs(60), || {
+        collector.count("SELECT count(*) FROM spans WHERE name = 'handle_request'") > 10
+    });
+    // A bad request comes back refused with its reason, nothing traced.
+    let (st, v) = post(Some(TOKEN), r#"{"pid":999999999,"period_ms":300}"#);
+    assert_eq!(st, 200, "{v}");
+    assert!(v["results"][0]["error"].as_str().unwrap().contains("no process 999999999"), "{v}");
+}
