@@ -184,6 +184,12 @@ impl ControlHub {
         true
     }
 
+    /// A submission's token and `?wait=` parameter.
+    fn admit(&self, headers: &HeaderMap, q: &WaitParam) -> Result<Option<Duration>, ApiError> {
+        self.check(headers)?;
+        q.wait.as_deref().map(parse_wait).transpose()
+    }
+
     /// Waits up to `w` until `done` holds (checked at every change of the hub).
     async fn wait_for(&self, w: Duration, done: impl Fn(&Hub) -> bool) {
         let deadline = tokio::time::Instant::now() + w;
@@ -353,7 +359,7 @@ fn view(e: &Entry) -> CommandView {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
         targets: e.targets.clone(),
-        complete: e.targets.iter().all(|t| e.results.contains_key(t)),
+        complete: Queued::complete(e),
         results,
         matched,
         applied_processes,
@@ -389,10 +395,7 @@ async fn submit(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let wait = match q.wait.as_deref().map(parse_wait).transpose() {
+    let wait = match c.admit(&headers, &q) {
         Ok(w) => w,
         Err(e) => return e.into_response(),
     };
@@ -430,42 +433,98 @@ async fn submit(
     c.counters.commands.fetch_add(1, Ordering::Relaxed);
     tracing::info!(id, "control command queued");
     c.notify.notify_waiters();
+    submitted(c, wait, id, |hub| &hub.commands).await
+}
+
+/// A queued command or capture, as the routes show it.
+trait Queued {
+    type View: Serialize;
+    /// `command` or `capture`, for messages.
+    const WHAT: &'static str;
+    fn id(&self) -> u64;
+    fn view(&self) -> Self::View;
+    /// Every targeted agent answered.
+    fn complete(&self) -> bool;
+}
+
+impl Queued for Entry {
+    type View = CommandView;
+    const WHAT: &'static str = "command";
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn view(&self) -> CommandView {
+        view(self)
+    }
+    fn complete(&self) -> bool {
+        self.targets.iter().all(|t| self.results.contains_key(t))
+    }
+}
+
+impl Queued for CaptureEntry {
+    type View = CaptureView;
+    const WHAT: &'static str = "capture";
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn view(&self) -> CaptureView {
+        capture_view(self)
+    }
+    fn complete(&self) -> bool {
+        self.targets.iter().all(|t| self.results.contains_key(t))
+    }
+}
+
+/// The answer to a submission: after `wait` (if any) for every targeted agent, the entry
+/// (200 when complete, 202 when not).
+async fn submitted<E: Queued>(
+    c: &ControlHub,
+    wait: Option<Duration>,
+    id: u64,
+    list: fn(&Hub) -> &VecDeque<E>,
+) -> Response {
     if let Some(w) = wait {
-        c.wait_for(w, |hub| hub.commands.iter().find(|e| e.id == id).is_none_or(|e| view(e).complete)).await;
+        c.wait_for(w, |hub| list(hub).iter().find(|e| e.id() == id).is_none_or(E::complete)).await;
     }
     let hub = c.lock();
-    match hub.commands.iter().find(|e| e.id == id) {
-        Some(e) => {
-            let v = view(e);
-            json(if v.complete { StatusCode::OK } else { StatusCode::ACCEPTED }, &v)
-        }
-        None => ApiError::not_found("the command was evicted").into_response(),
+    match list(&hub).iter().find(|e| e.id() == id) {
+        Some(e) => json(if e.complete() { StatusCode::OK } else { StatusCode::ACCEPTED }, &e.view()),
+        None => ApiError::not_found(format!("the {} was evicted", E::WHAT)).into_response(),
+    }
+}
+
+/// The last 100 entries, newest first.
+fn recent<E: Queued>(st: &AppState, headers: &HeaderMap, list: fn(&Hub) -> &VecDeque<E>) -> Response {
+    if let Err(e) = st.control.check(headers) {
+        return e.into_response();
+    }
+    let hub = st.control.lock();
+    let v: Vec<E::View> = list(&hub).iter().rev().take(100).map(E::view).collect();
+    json(StatusCode::OK, &v)
+}
+
+/// One entry by id.
+fn one<E: Queued>(st: &AppState, headers: &HeaderMap, id: &str, list: fn(&Hub) -> &VecDeque<E>) -> Response {
+    if let Err(e) = st.control.check(headers) {
+        return e.into_response();
+    }
+    let Ok(id) = id.parse::<u64>() else {
+        return ApiError::bad_request(format!("{} id {id:?} is not a number", E::WHAT)).into_response();
+    };
+    let hub = st.control.lock();
+    match list(&hub).iter().find(|e| e.id() == id) {
+        Some(e) => json(StatusCode::OK, &e.view()),
+        None => ApiError::not_found(format!("no {} {id} (the last {MAX_COMMANDS} are kept)", E::WHAT))
+            .into_response(),
     }
 }
 
 async fn list_commands(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = st.control.check(&headers) {
-        return e.into_response();
-    }
-    let hub = st.control.lock();
-    let v: Vec<CommandView> = hub.commands.iter().rev().take(100).map(view).collect();
-    json(StatusCode::OK, &v)
+    recent(&st, &headers, |hub| &hub.commands)
 }
 
 async fn get_command(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(e) = st.control.check(&headers) {
-        return e.into_response();
-    }
-    let Ok(id) = id.parse::<u64>() else {
-        return ApiError::bad_request(format!("command id {id:?} is not a number")).into_response();
-    };
-    let hub = st.control.lock();
-    match hub.commands.iter().find(|e| e.id == id) {
-        Some(e) => json(StatusCode::OK, &view(e)),
-        None => {
-            ApiError::not_found(format!("no command {id} (the last {MAX_COMMANDS} are kept)")).into_response()
-        }
-    }
+    one(&st, &headers, &id, |hub| &hub.commands)
 }
 
 #[derive(Serialize)]
@@ -540,7 +599,7 @@ fn capture_view(e: &CaptureEntry) -> CaptureView {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
         targets: e.targets.clone(),
-        complete: e.targets.iter().all(|t| e.results.contains_key(t)),
+        complete: Queued::complete(e),
         results: e.results.values().cloned().collect(),
         warning: e
             .targets
@@ -556,10 +615,7 @@ async fn submit_capture(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let wait = match q.wait.as_deref().map(parse_wait).transpose() {
+    let wait = match c.admit(&headers, &q) {
         Ok(w) => w,
         Err(e) => return e.into_response(),
     };
@@ -594,45 +650,15 @@ async fn submit_capture(
     c.counters.commands.fetch_add(1, Ordering::Relaxed);
     tracing::info!(id, "capture queued");
     c.notify.notify_waiters();
-    if let Some(w) = wait {
-        c.wait_for(w, |hub| {
-            hub.captures.iter().find(|e| e.id == id).is_none_or(|e| capture_view(e).complete)
-        })
-        .await;
-    }
-    let hub = c.lock();
-    match hub.captures.iter().find(|e| e.id == id) {
-        Some(e) => {
-            let v = capture_view(e);
-            json(if v.complete { StatusCode::OK } else { StatusCode::ACCEPTED }, &v)
-        }
-        None => ApiError::not_found("the capture was evicted").into_response(),
-    }
+    submitted(c, wait, id, |hub| &hub.captures).await
 }
 
 async fn list_captures(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = st.control.check(&headers) {
-        return e.into_response();
-    }
-    let hub = st.control.lock();
-    let v: Vec<CaptureView> = hub.captures.iter().rev().take(100).map(capture_view).collect();
-    json(StatusCode::OK, &v)
+    recent(&st, &headers, |hub| &hub.captures)
 }
 
 async fn get_capture(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(e) = st.control.check(&headers) {
-        return e.into_response();
-    }
-    let Ok(id) = id.parse::<u64>() else {
-        return ApiError::bad_request(format!("capture id {id:?} is not a number")).into_response();
-    };
-    let hub = st.control.lock();
-    match hub.captures.iter().find(|e| e.id == id) {
-        Some(e) => json(StatusCode::OK, &capture_view(e)),
-        None => {
-            ApiError::not_found(format!("no capture {id} (the last {MAX_COMMANDS} are kept)")).into_response()
-        }
-    }
+    one(&st, &headers, &id, |hub| &hub.captures)
 }
 
 async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {

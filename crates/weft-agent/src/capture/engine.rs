@@ -158,7 +158,7 @@ pub struct CaptureResult {
     pub pids: Vec<u32>,
     /// The probed module.
     pub module: PathBuf,
-    /// Tracers on (ns since the epoch).
+    /// Tracers switched on from here (ns since the epoch; every record is later).
     pub start_ns: u64,
     /// Every tracer off (ns since the epoch).
     pub end_ns: u64,
@@ -351,6 +351,7 @@ impl Engine {
         let rings: u64 = allocation.buffers.iter().map(|b| ring_bytes(b.bytes)).sum();
 
         // Tracers on: every core's switches, and the probes of the cores the target is on now.
+        let start_ns = weft_model::time::now_unix_nanos();
         cap.enable_owners()?;
         let mut enabled: HashSet<u32> = HashSet::new();
         for &c in recent.iter().filter(|c| capacity.contains_key(c)) {
@@ -359,7 +360,6 @@ impl Engine {
             counters.cores_enabled.push((c, weft_model::time::now_unix_nanos()));
             counters.control_ops += 1;
         }
-        let start_ns = weft_model::time::now_unix_nanos();
         counters.start_latency = received.elapsed();
         let deadline = Instant::now() + req.period;
 

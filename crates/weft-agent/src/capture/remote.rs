@@ -27,6 +27,17 @@ pub struct Tap {
 }
 
 impl Tap {
+    /// Starts keeping spans (forgets earlier ones).
+    pub fn start(&mut self) {
+        *self = Tap { active: true, ..Tap::default() };
+    }
+
+    /// Stops; the spans kept and how many were over the bound.
+    pub fn take(&mut self) -> (Vec<Span>, u64) {
+        let t = std::mem::take(self);
+        (t.spans, t.dropped)
+    }
+
     /// Keeps what it can of `spans` while active.
     pub fn offer(&mut self, spans: &[Span]) {
         if !self.active {
@@ -108,12 +119,14 @@ impl Executor {
                 f(&mut t)
             }
         };
-        tap(&mut |t| *t = Tap { active: true, ..Tap::default() });
+        tap(&mut |t| t.start());
         let result = request_from(cmd).and_then(|req| self.engine.run(&req, received));
         let r = match result {
             Ok(r) => r,
             Err(e) => {
-                tap(&mut |t| *t = Tap::default());
+                tap(&mut |t| {
+                    t.take();
+                });
                 out.error = Some(e.to_string());
                 return out;
             }

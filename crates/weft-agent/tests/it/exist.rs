@@ -285,3 +285,44 @@ fn bad_requests_are_refused_with_their_reason() {
         .unwrap();
     assert_eq!(r.pids, vec![pid]);
 }
+
+#[test]
+fn collector_requests_become_engine_requests() {
+    use weft_agent::capture::remote::{MAX_TAPPED, Tap, request_from};
+    use weft_control::proto::CaptureCommand;
+    let cmd = CaptureCommand::parse(
+        br#"{"service":"api","period_ms":300,"cores":"0-1","budget_bytes":8388608,"functions":["h*"]}"#,
+    )
+    .unwrap();
+    let r = request_from(&cmd).unwrap();
+    assert_eq!(r.target, CaptureTarget::Service("api".into()));
+    assert_eq!(
+        (r.period, r.cores.clone(), r.budget),
+        (Duration::from_millis(300), Cores::Set(vec![0, 1]), Some(8 << 20))
+    );
+    assert_eq!((r.backend, r.functions.clone()), (Backend::Software, vec!["h*".to_string()]));
+    let pt = CaptureCommand { backend: Some("intel_pt".into()), cores: None, ..cmd.clone() };
+    assert_eq!(
+        (request_from(&pt).unwrap().backend, request_from(&pt).unwrap().cores),
+        (Backend::IntelPt, Cores::Auto)
+    );
+    let bad = CaptureCommand { cores: Some("x".into()), ..cmd };
+    assert!(request_from(&bad).unwrap_err().to_string().contains("cores \"x\""));
+
+    // The tap keeps spans with a thread id only while a capture runs, within its bound.
+    let mut with_thread = weft_model::Span::default();
+    with_thread.attributes.push(weft_model::conv::THREAD_ID, 7i64);
+    let spans = vec![with_thread, weft_model::Span::default()];
+    let mut tap = Tap::default();
+    tap.offer(&spans);
+    assert_eq!(tap.take(), (vec![], 0), "inactive");
+    tap.start();
+    tap.offer(&spans);
+    let (kept, dropped) = tap.take();
+    assert_eq!((kept.len(), dropped), (1, 0));
+    tap.start();
+    let many = vec![spans[0].clone(); MAX_TAPPED + 5];
+    tap.offer(&many);
+    let (kept, dropped) = tap.take();
+    assert_eq!((kept.len(), dropped), (MAX_TAPPED, 5));
+}

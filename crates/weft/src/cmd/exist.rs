@@ -10,12 +10,12 @@ use anyhow::{Context, bail};
 use weft_agent::capture::alloc::{AllocConfig, Allocator};
 use weft_agent::capture::engine::{Backend, CaptureRequest, CaptureTarget, Cores, Engine};
 use weft_cli::units;
-use weft_model::codec::stream::{self, Format};
+use weft_model::codec::stream;
 use weft_sources::perf::exist;
 use weft_weave::sink::SpanSink;
 
 use super::import::ServerSink;
-use super::pipeline::append_retrying;
+use super::pipeline::{append_retrying, span_file_format};
 use super::record::{hostname, read_spans};
 
 /// Arguments of `weft exist`.
@@ -105,18 +105,7 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
     if args.out.is_none() && args.data_dir.is_none() && args.server.is_none() && args.sched_out.is_none() {
         bail!("nowhere to write: give --out FILE, --data-dir DIR, --server URL and/or --sched-out FILE");
     }
-    let out_format = match &args.out {
-        Some(p) => Some(match args.format.as_deref() {
-            Some(f) => Format::parse(f).with_context(|| format!("unknown --format {f:?}"))?,
-            None => Format::from_path(p).unwrap_or(Format::OtlpJson),
-        }),
-        None => None,
-    };
-    if let Some(f) = out_format
-        && !f.can_write()
-    {
-        bail!("weft cannot write {}", f.name());
-    }
+    let out_format = span_file_format(args.out.as_deref(), args.format.as_deref())?;
     let backend = match args.backend.as_str() {
         "software" | "sw" => Backend::Software,
         "intel-pt" | "intel_pt" | "pt" => Backend::IntelPt,

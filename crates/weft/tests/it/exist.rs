@@ -3,25 +3,13 @@
 //! functions for 500 ms; the function spans must land inside the right request spans.
 
 use std::collections::HashMap;
-use std::io::BufReader;
-use std::path::Path;
 use std::process::{Child, Command};
+
 use std::time::Duration;
 
-use weft_model::codec::stream::{self, Format};
 use weft_model::{Span, SpanId, Value};
 
-fn weft() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_weft"))
-}
-
-fn read_spans(p: &Path) -> Vec<Span> {
-    let f = std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut r = stream::reader(Format::OtlpJson, BufReader::new(f), false).unwrap();
-    let mut v = Vec::new();
-    while r.next_batch(&mut v, 10_000).unwrap() {}
-    v
-}
+use super::common::{read_otlp_json as read_spans, weft};
 
 struct Server(Child);
 
