@@ -231,6 +231,12 @@ pub enum CaptureError {
         /// The allocator's minimum buffer.
         min: u64,
     },
+    /// This process may not open uprobes and scheduler events.
+    #[error(
+        "capture refused: no permission for perf events: the software backend needs root (uprobes are \
+         created in tracefs, {0}); perf_event_paranoid is {1}"
+    )]
+    Permission(String, String),
     /// Intel PT requested on a CPU without it.
     #[error("capture refused: {0}")]
     NoIntelPt(#[from] NoIntelPt),
@@ -297,6 +303,7 @@ impl Engine {
         {
             return Err(CaptureError::Budget { budget: b, min });
         }
+        check_permission()?;
         let (pids, cgroup) = resolve_target(&req.target)?;
         let module = match &req.module {
             Some(m) => m.clone(),
@@ -355,9 +362,10 @@ impl Engine {
         cap.enable_owners()?;
         let mut enabled: HashSet<u32> = HashSet::new();
         for &c in recent.iter().filter(|c| capacity.contains_key(c)) {
+            let at = weft_model::time::now_unix_nanos();
             cap.enable_cpu(c)?;
             enabled.insert(c);
-            counters.cores_enabled.push((c, weft_model::time::now_unix_nanos()));
+            counters.cores_enabled.push((c, at));
             counters.control_ops += 1;
         }
         counters.start_latency = received.elapsed();
@@ -441,8 +449,9 @@ impl Engine {
             let EventKind::Kernel(KernelEvent::SchedSwitch { cpu, next_tid, .. }) = &e.kind else { continue };
             let target = cap.traced_threads().is_some_and(|t| t.contains(next_tid));
             if target && capacity.contains_key(cpu) && enabled.insert(*cpu) {
+                let at = weft_model::time::now_unix_nanos();
                 cap.enable_cpu(*cpu)?;
-                counters.cores_enabled.push((*cpu, weft_model::time::now_unix_nanos()));
+                counters.cores_enabled.push((*cpu, at));
                 counters.control_ops += 1;
             }
         }
@@ -483,6 +492,33 @@ fn keep(
         *n += 1;
         events.push(e);
     }
+}
+
+/// Can this process create uprobes (write tracefs' `uprobe_events`)? Checked before anything
+/// is opened, so the refusal says what is missing instead of where it failed.
+fn check_permission() -> Result<(), CaptureError> {
+    let paranoid = || {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into())
+    };
+    let mut last = String::from("no tracefs mount found");
+    for dir in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        let f = Path::new(dir).join("uprobe_events");
+        match std::fs::OpenOptions::new().append(true).open(&f) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(CaptureError::Permission(format!("{}: {e}", f.display()), paranoid()));
+            }
+            Err(e) => last = format!("{}: {e}", f.display()),
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(CaptureError::Permission(last, paranoid()));
+    }
+    // Root without a mounted tracefs: the capture mounts it (weft_sources::perf::sys).
+    Ok(())
 }
 
 /// The target's processes, and its cgroup directory for a cgroup target.

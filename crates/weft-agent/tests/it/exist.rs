@@ -201,7 +201,7 @@ fn a_full_buffer_stops_its_core_and_is_counted() {
 #[test]
 fn a_target_that_exits_ends_the_capture_cleanly() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut t = start(&["--seconds", "0.4"]);
+    let mut t = start(&["--seconds", "0.8"]);
     let fds = perf_fds();
     let eng = engine();
     let mut req = request(t.child.id(), &["handle_request"]);
@@ -212,7 +212,7 @@ fn a_target_that_exits_ends_the_capture_cleanly() {
         let _ = t.child.wait();
         t
     });
-    let r = eng.run(&req, Instant::now()).unwrap();
+    let r = eng.run(&req, Instant::now()).unwrap_or_else(|e| panic!("{e}"));
     drop(waiter.join().unwrap());
     assert!(r.counters.target_exited, "pid {pid}");
     assert!(r.end_ns - r.start_ns < req.period.as_nanos() as u64);

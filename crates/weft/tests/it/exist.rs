@@ -125,6 +125,23 @@ fn refusals_name_their_reason() {
     let e = run(&["--pid", &me, "--cores", "x-y"]);
     assert!(e.contains("--cores \"x-y\""), "{e}");
     assert!(!out.exists());
+
+    // Without root: refused before anything is opened, saying what is missing.
+    let bin = dir.path().join("weft");
+    std::fs::copy(env!("CARGO_BIN_EXE_weft"), &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["exist", "capture", "--pid", &me, "--out"])
+        .arg(dir.path().join("np.json"))
+        .output()
+        .expect("setpriv (util-linux)");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(e.contains("capture refused: no permission for perf events") && e.contains("needs root"), "{e}");
+    assert!(e.contains("perf_event_paranoid is"), "{e}");
 }
 
 /// Through the collector: a capture request on the control API (token) reaches the agent,
