@@ -35,7 +35,7 @@ use weft_probe::consumer::{self, ConsumerError, Segment};
 use crate::control;
 use crate::metrics::Metrics;
 use crate::spool::{Appended, Spool, SpoolConfig, SpoolError};
-use weft_control::proto::{CommandResult, ProbeCommand, ProcessReport};
+use weft_control::proto::{CaptureCommand, CaptureOutcome, CommandResult, ProbeCommand, ProcessReport};
 use weft_weave::probe::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 
 /// Agent settings.
@@ -127,6 +127,8 @@ pub enum AgentError {
     Socket(#[from] control::SocketError),
     #[error("metrics listener {addr}: {source}")]
     Metrics { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Capture(#[from] crate::capture::alloc::AllocError),
 }
 
 /// A running agent.
@@ -173,6 +175,7 @@ impl Agent {
         metrics.set_spool(spool.stats());
         let stop = Arc::new(AtomicBool::new(false));
         let mut others = Vec::new();
+        let tap = Arc::new(std::sync::Mutex::new(crate::capture::remote::Tap::default()));
         let exec: Arc<dyn Fn(&ProbeCommand) -> CommandResult + Send + Sync> = {
             let (dir, wait, name, host, m) = (
                 cfg.probe_dir.clone(),
@@ -229,13 +232,27 @@ impl Agent {
                     crate::collector::run_reporter(l2, m, s, every)
                 }));
                 let (s, e) = (stop.clone(), exec.clone());
-                // not joined at shutdown: a long poll may be in flight
-                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e));
+                let executor = crate::capture::remote::Executor {
+                    engine: crate::capture::engine::Engine::new(crate::capture::alloc::Allocator::new(
+                        crate::capture::alloc::AllocConfig::default(),
+                    )?),
+                    tap: tap.clone(),
+                    spool: spool.clone(),
+                    agent: cfg.name.clone(),
+                    host: cfg.host.clone(),
+                    compress: cfg.compress,
+                    batch: cfg.max_batch_spans,
+                    settle: cfg.batch_interval + cfg.poll_interval * 2,
+                };
+                let capture: Arc<dyn Fn(&CaptureCommand) -> CaptureOutcome + Send + Sync> =
+                    Arc::new(move |c: &CaptureCommand| executor.run(c));
+                // not joined at shutdown: a long poll (or a capture) may be in flight
+                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e, capture));
             }
         }
         let drain = {
             let (sp, m, s) = (spool.clone(), metrics.clone(), stop.clone());
-            spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m).run(&s))
+            spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m, tap).run(&s))
         };
         Ok(Agent { stop, metrics, spool, metrics_addr, socket, drain: Some(drain), sender, others })
     }
@@ -317,6 +334,8 @@ struct DrainLoop {
     removed: weft_weave::probe::AsmStats,
     /// Records the removed processes dropped (full rings, no ring).
     removed_drops: u64,
+    /// The running capture's copy of the request spans.
+    tap: Arc<std::sync::Mutex<crate::capture::remote::Tap>>,
 }
 
 fn file_stamp(p: &Path) -> u64 {
@@ -329,7 +348,12 @@ fn file_stamp(p: &Path) -> u64 {
 }
 
 impl DrainLoop {
-    fn new(cfg: AgentConfig, spool: Arc<Spool>, metrics: Arc<Metrics>) -> DrainLoop {
+    fn new(
+        cfg: AgentConfig,
+        spool: Arc<Spool>,
+        metrics: Arc<Metrics>,
+        tap: Arc<std::sync::Mutex<crate::capture::remote::Tap>>,
+    ) -> DrainLoop {
         DrainLoop {
             cfg,
             spool,
@@ -344,6 +368,7 @@ impl DrainLoop {
             logged: HashSet::new(),
             removed: weft_weave::probe::AsmStats::default(),
             removed_drops: 0,
+            tap,
         }
     }
 
@@ -571,6 +596,9 @@ impl DrainLoop {
         self.last_flush = Instant::now();
         self.dirty = false;
         let spans = std::mem::take(&mut self.pending);
+        if let Ok(mut t) = self.tap.lock() {
+            t.offer(&spans);
+        }
         for chunk in spans.chunks(self.cfg.max_batch_spans.max(1)) {
             let body = encode_batch(chunk, self.cfg.compress);
             match self.spool.append(&body, chunk.len() as u32, self.cfg.compress) {

@@ -139,8 +139,13 @@ mod tests {
     #[test]
     fn a_poll_without_token_is_refused_before_sending() {
         let c = Collector::new("http://127.0.0.1:9", None);
-        let req =
-            PollRequest { agent: "a".into(), host: "h".into(), after: None, results: vec![], wait_ms: 0 };
+        let req = PollRequest {
+            agent: "a".into(),
+            host: "h".into(),
+            after: None,
+            wait_ms: 0,
+            ..Default::default()
+        };
         assert_eq!(c.poll(&req).unwrap_err(), ClientError::NoToken);
     }
 }

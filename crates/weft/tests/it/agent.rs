@@ -19,7 +19,7 @@ use archipelago::client::Client;
 use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
 
-const TOKEN: &str = "s3cret-token";
+pub(crate) const TOKEN: &str = "s3cret-token";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
 /// One archipelago tier, when this binary is re-run as one (see [`cluster`]).
@@ -49,7 +49,7 @@ fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
     .expect("start the archipelago tiers")
 }
 
-fn http() -> ureq::Agent {
+pub(crate) fn http() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
@@ -57,7 +57,7 @@ fn http() -> ureq::Agent {
         .into()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !f() {
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
@@ -66,7 +66,7 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// `weft serve` on free loopback ports.
-struct Collector {
+pub(crate) struct Collector {
     child: Option<Child>,
     data: PathBuf,
     /// OTLP/HTTP listener (spans).
@@ -76,7 +76,7 @@ struct Collector {
 }
 
 impl Collector {
-    fn start(data: &Path) -> Collector {
+    pub(crate) fn start(data: &Path) -> Collector {
         let mut c = Collector {
             child: None,
             data: data.to_path_buf(),
@@ -88,12 +88,12 @@ impl Collector {
     }
 
     /// The OTLP/HTTP base URL (where the agent ships spans).
-    fn base(&self) -> String {
+    pub(crate) fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
     /// The query listener's base URL (reads, SQL, metrics, the control API).
-    fn query(&self) -> String {
+    pub(crate) fn query(&self) -> String {
         format!("http://127.0.0.1:{}", self.query_port)
     }
 
@@ -135,7 +135,7 @@ impl Collector {
             .collect()
     }
 
-    fn count(&self, q: &str) -> u64 {
+    pub(crate) fn count(&self, q: &str) -> u64 {
         self.sql(q).first().and_then(|r| r.first()).and_then(Value::as_u64).unwrap_or(0)
     }
 
@@ -167,14 +167,14 @@ impl Drop for Collector {
 }
 
 /// `weft agent`.
-struct AgentProc {
+pub(crate) struct AgentProc {
     child: Option<Child>,
     args: Vec<String>,
     metrics: u16,
 }
 
 impl AgentProc {
-    fn start(probe_dir: &Path, spool: &Path, collector: &Collector, extra: &[&str]) -> AgentProc {
+    pub(crate) fn start(probe_dir: &Path, spool: &Path, collector: &Collector, extra: &[&str]) -> AgentProc {
         let metrics = weft_testkit::free_port();
         let mut args: Vec<String> = vec![
             "agent".into(),

@@ -12,6 +12,7 @@ mod common;
 mod convert;
 mod crash;
 mod deep_queues;
+mod exist;
 mod explore;
 mod faults;
 mod import_ctf;
