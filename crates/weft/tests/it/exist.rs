@@ -62,6 +62,7 @@ fn function_spans_inside_the_requests_that_ran_them() {
         .collect();
     assert!(requests.len() > 20 && calls.len() > 20, "{} requests, {} calls", requests.len(), calls.len());
     let mut inside = 0;
+    let mut gap = 0;
     for c in &calls {
         let Some(p) = c.parent_span_id.and_then(|p| by_id.get(&p)) else { continue };
         let want = match &*c.name {
@@ -74,6 +75,13 @@ fn function_spans_inside_the_requests_that_ran_them() {
             // was read, or it began before the capture): only handle_request is left there.
             continue;
         }
+        if p.name == "GET /item" && want != "GET /item" {
+            // Its enclosing call began in the controller's moment before the core's tracer
+            // was on (see below): the call is still inside its request, one level up.
+            gap += 1;
+            assert_eq!(c.trace_id, p.trace_id);
+            continue;
+        }
         assert_eq!(p.name, want, "{} under {}", c.name, p.name);
         assert_eq!(c.trace_id, p.trace_id);
         assert!(p.start_ns <= c.start_ns && c.end_ns <= p.end_ns, "{} outside {}", c.name, p.name);
@@ -83,6 +91,7 @@ fn function_spans_inside_the_requests_that_ran_them() {
         inside += 1;
     }
     assert!(inside * 10 >= calls.len() * 8, "{inside} of {} calls inside requests", calls.len());
+    assert!(gap * 50 <= calls.len(), "{gap} of {} calls one level up (enclosing call missed)", calls.len());
     // The requests inside the capture have their handle_request — but for the few a
     // worker served on a core in the moment between its first switch-in there and the
     // controller switching that core's tracer on (at most a poll interval, once per core).
