@@ -8,7 +8,7 @@
 //! * [`proto`]: the JSON wire types — [`proto::ProbeCommand`] and its validation, results,
 //!   the poll exchange, [`proto::AgentReport`].
 //! * [`client`]: [`client::Collector`], the HTTP client of the collector's control API
-//!   (congestion reports, the command long poll).
+//!   (congestion reports, the command long poll, probe commands, the agents' reports).
 
 pub mod client;
 pub mod proto;
