@@ -2,7 +2,10 @@
 //! switches tracepoints and says whether the tracing pipeline is congested. The same loop runs
 //! live (the collector's read API for traces, its control API — `POST /api/control/probes`
 //! with a [`ProbeCommand`] — for switching, agents' reports for congestion) and in replay
-//! ([`Replay`]: exhaustive traces shown as if only the enabled tracepoints were on).
+//! ([`Replay`]: exhaustive traces shown as if only the enabled tracepoints were on). The live
+//! backend is [`live::Live`].
+
+pub mod live;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Read};
