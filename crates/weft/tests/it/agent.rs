@@ -19,8 +19,8 @@ use archipelago::client::Client;
 use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
 
-const TOKEN: &str = "s3cret-token";
-const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+pub(crate) const TOKEN: &str = "s3cret-token";
+pub(crate) const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
 /// One archipelago tier, when this binary is re-run as one (see [`cluster`]).
 #[test]
@@ -35,6 +35,11 @@ fn archipelago_role() {
 
 /// Start the four tiers, recording into `probe_dir`.
 fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
+    cluster_with(work, probe_dir, "")
+}
+
+/// Start the four tiers with the injected `problems` (`ARCHIPELAGO_PROBLEMS`).
+pub(crate) fn cluster_with(work: &Path, probe_dir: &Path, problems: &str) -> Cluster {
     let exe = std::env::current_exe().expect("test binary");
     Cluster::start(work, |args| {
         let mut c = Command::new(&exe);
@@ -43,13 +48,14 @@ fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
             .env("WEFT_PROBE_DIR", probe_dir)
             .env("WEFT_PROBE_MODE", "shm")
             .env("WEFT_PROBE_SERVICE", &args[0])
+            .env(archipelago::problems::ENV, problems)
             .stderr(Stdio::inherit());
         c
     })
     .expect("start the archipelago tiers")
 }
 
-fn http() -> ureq::Agent {
+pub(crate) fn http() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
@@ -57,7 +63,7 @@ fn http() -> ureq::Agent {
         .into()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !f() {
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
@@ -152,14 +158,14 @@ impl Drop for Collector {
 }
 
 /// `weft agent`.
-struct AgentProc {
+pub(crate) struct AgentProc {
     child: Option<Child>,
     args: Vec<String>,
     metrics: u16,
 }
 
 impl AgentProc {
-    fn start(probe_dir: &Path, spool: &Path, collector: &str, extra: &[&str]) -> AgentProc {
+    pub(crate) fn start(probe_dir: &Path, spool: &Path, collector: &str, extra: &[&str]) -> AgentProc {
         let metrics = weft_testkit::free_port();
         let mut args: Vec<String> = vec![
             "agent".into(),
@@ -238,7 +244,7 @@ impl Drop for AgentProc {
     }
 }
 
-fn segments(dir: &Path) -> usize {
+pub(crate) fn segments(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".weft")).count()
@@ -246,7 +252,7 @@ fn segments(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn temp() -> tempfile::TempDir {
+pub(crate) fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
