@@ -20,11 +20,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use weft_control::client::{ClientError, Collector};
 use weft_control::proto::{ProbeCommand, ProbeOp};
+use weft_model::Span;
 use weft_model::codec::otlp::decode_json;
-use weft_model::{Span, TraceId};
 use weft_probe::Selector;
 
-use super::{Backend, BackendError, Window};
+use super::{Backend, BackendError, ByTrace, Window};
 use crate::space::{SearchSpace, TracepointKind};
 
 /// The persisted list of what a run enabled, in its state directory.
@@ -387,20 +387,11 @@ impl Backend for Live {
         let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| read(e.to_string()))?;
         let inner = serde_json::to_vec(&v["result"]).map_err(|e| read(e.to_string()))?;
         let spans = decode_json(&inner).map_err(|e| read(e.to_string()))?;
-        let mut order: Vec<TraceId> = Vec::new();
-        let mut by_trace: HashMap<TraceId, Vec<Span>> = HashMap::new();
-        for s in spans {
-            by_trace
-                .entry(s.trace_id)
-                .or_insert_with(|| {
-                    order.push(s.trace_id);
-                    Vec::new()
-                })
-                .push(s);
-        }
-        Ok(order
+        let mut by_trace = ByTrace::default();
+        spans.into_iter().for_each(|s| by_trace.push(s));
+        Ok(by_trace
+            .finish()
             .into_iter()
-            .filter_map(|t| by_trace.remove(&t))
             .filter(|t| t.iter().any(|s| s.parent_span_id.is_none() && s.name == request_type))
             .take(max)
             .collect())
