@@ -120,6 +120,9 @@ pub struct RunArgs {
     /// CV threshold of a predictable group.
     #[arg(long, default_value_t = 0.10)]
     pub cv: f64,
+    /// Smallest share of a high-variance group's variance an edge needs to be searched.
+    #[arg(long, default_value_t = 0.10)]
+    pub min_share: f64,
     /// Percentile of response times above which a predictable group is consistently slow.
     #[arg(long, default_value_t = 95.0)]
     pub cs_percentile: f64,
@@ -198,6 +201,9 @@ fn run_loop(a: RunArgs) -> anyhow::Result<()> {
         space.always_on = a.always_on.clone();
         space.validate("--always-on")?;
     }
+    if !(0.0..=1.0).contains(&a.min_share) {
+        bail!("--min-share {}: a share of variance, in [0, 1]", a.min_share);
+    }
     let options = options(&a);
     let mut explorer = Explorer::new(&space, options)?.with_state_dir(a.state.state.clone());
     match &a.collector {
@@ -218,6 +224,7 @@ fn options(a: &RunArgs) -> Options {
         strategy: a.strategy,
         request_types: a.request_types.clone(),
         max_epochs: a.max_epochs,
+        min_share: a.min_share,
         ..Options::default()
     }
 }
@@ -269,35 +276,30 @@ fn run_live(a: &RunArgs, url: &str, space: &SearchSpace, explorer: &mut Explorer
         }
     };
     restored?;
-    finish(a, &report)?;
+    let congested = match live.congested_checks() {
+        0 => String::new(),
+        n => format!(" ({n} congestion checks found a queue over half full: nothing enabled then)"),
+    };
+    finish(a, &report, &format!("in {:.0} s{congested}", started.elapsed().as_secs_f64()))
+}
+
+/// Writes the report, prints the summary line (`how` says how the epochs went) and the findings.
+fn finish(a: &RunArgs, report: &Report, how: &str) -> anyhow::Result<()> {
+    if let Some(p) = &a.report {
+        write(p, &serde_json::to_vec_pretty(report)?)?;
+    }
     eprintln!(
-        "{} epochs in {:.0} s{}: {} of {} tracepoints enabled beyond the {} always on; {} findings",
+        "{} epochs {how}: {} of {} tracepoints enabled beyond the {} always on; {} findings",
         report.epochs,
-        started.elapsed().as_secs_f64(),
-        match live.congested_checks() {
-            0 => String::new(),
-            n => format!(" ({n} congestion checks found a queue over half full: nothing enabled then)"),
-        },
         report.tracepoints_enabled,
         report.tracepoints_total,
         report.tracepoints_always_on,
         report.findings.len()
     );
-    print_findings(&report);
-    Ok(())
-}
-
-fn finish(a: &RunArgs, report: &Report) -> anyhow::Result<()> {
-    if let Some(p) = &a.report {
-        write(p, &serde_json::to_vec_pretty(report)?)?;
-    }
-    Ok(())
-}
-
-fn print_findings(report: &Report) {
     for f in &report.findings {
         println!("{} [{}]: {}", f.request_type, f.principle.as_str(), f.tracepoints.join(" ⊂ "));
     }
+    Ok(())
 }
 
 fn run_replay(a: &RunArgs, space: &SearchSpace, explorer: &mut Explorer<'_>) -> anyhow::Result<()> {
@@ -305,19 +307,12 @@ fn run_replay(a: &RunArgs, space: &SearchSpace, explorer: &mut Explorer<'_>) -> 
     let known: BTreeSet<String> = space.tracepoints.iter().map(|t| t.name.clone()).collect();
     let mut backend = Replay::new(traces.into_iter(), a.traces_per_epoch, space.always_on.clone(), known);
     let report = explorer.run(&mut backend)?;
-    finish(a, &report)?;
-    eprintln!(
-        "{} epochs over {} traces ({} of other request types or over the cap unread): {} of {} tracepoints enabled beyond the {} always on; {} findings",
-        report.epochs,
+    let how = format!(
+        "over {} traces ({} of other request types or over the cap unread)",
         backend.traces_seen(),
-        backend.dropped(),
-        report.tracepoints_enabled,
-        report.tracepoints_total,
-        report.tracepoints_always_on,
-        report.findings.len()
+        backend.dropped()
     );
-    print_findings(&report);
-    Ok(())
+    finish(a, &report, &how)
 }
 
 fn why(a: WhyArgs) -> anyhow::Result<()> {
