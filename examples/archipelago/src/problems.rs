@@ -20,11 +20,11 @@ use std::time::Duration;
 /// The environment variable naming the problems.
 pub const ENV: &str = "ARCHIPELAGO_PROBLEMS";
 /// The extra time of the slow mode of `blocker.extent.checksum`.
-pub const VARIANCE_DELAY: Duration = Duration::from_millis(12);
+pub const VARIANCE_DELAY: Duration = Duration::from_millis(20);
 /// The time `mapper.hole.template.build` takes.
-pub const SLOW_DELAY: Duration = Duration::from_millis(60);
+pub const SLOW_DELAY: Duration = Duration::from_millis(100);
 /// The journal-lock wait per KiB written.
-pub const KEY_DELAY_PER_KIB: Duration = Duration::from_micros(500);
+pub const KEY_DELAY_PER_KIB: Duration = Duration::from_micros(800);
 
 /// Which problems are on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
