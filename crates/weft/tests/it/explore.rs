@@ -244,7 +244,8 @@ fn live_loop_localizes_archipelagos_problems() {
         let mut c = Command::new(WEFT);
         c.args(["explore", "run", "--collector", &base, "--control-token-file", token_file])
             .args(["--space", &p("space.toml"), "--state", &p("state"), "--settle", "500ms"])
-            .args(["--epoch", "3s", "--check-interval", "1s", "--traces-per-epoch", "300", "--cv", "0.2"])
+            .args(["--epoch", "4s", "--check-interval", "1s", "--traces-per-epoch", "300", "--cv", "0.2"])
+            .args(["--min-share", "0.2"])
             .args(extra);
         c
     };
