@@ -20,7 +20,7 @@ use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
 
 pub(crate) const TOKEN: &str = "s3cret-token";
-const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+pub(crate) const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
 /// One archipelago tier, when this binary is re-run as one (see [`cluster`]).
 #[test]
@@ -35,6 +35,11 @@ fn archipelago_role() {
 
 /// Start the four tiers, recording into `probe_dir`.
 fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
+    cluster_with(work, probe_dir, "")
+}
+
+/// Start the four tiers with the injected `problems` (`ARCHIPELAGO_PROBLEMS`).
+pub(crate) fn cluster_with(work: &Path, probe_dir: &Path, problems: &str) -> Cluster {
     let exe = std::env::current_exe().expect("test binary");
     Cluster::start(work, |args| {
         let mut c = Command::new(&exe);
@@ -43,6 +48,7 @@ fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
             .env("WEFT_PROBE_DIR", probe_dir)
             .env("WEFT_PROBE_MODE", "shm")
             .env("WEFT_PROBE_SERVICE", &args[0])
+            .env(archipelago::problems::ENV, problems)
             .stderr(Stdio::inherit());
         c
     })
@@ -255,7 +261,7 @@ impl Drop for AgentProc {
     }
 }
 
-fn segments(dir: &Path) -> usize {
+pub(crate) fn segments(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".weft")).count()
@@ -263,7 +269,7 @@ fn segments(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn temp() -> tempfile::TempDir {
+pub(crate) fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
