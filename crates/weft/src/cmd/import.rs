@@ -238,7 +238,7 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
         n => n.min(streams.max(1)),
     };
     let stats = Arc::new(Mutex::new(StreamStats::default()));
-    let sources = ctf_sources(decoders, jobs, source, &args.trace_dir, &stats);
+    let sources = ctf_sources(decoders, jobs, source, trace_dir, &stats);
     let stage = CtfStage { weaver: BlkkinWeaver::default(), tap: out.tap.clone() };
     let run = Run::with(sources, stage, out.sinks, run_options(2))?;
     watch(&run);

@@ -1,23 +1,24 @@
 //! `weft import ctf --live URL`: follows an LTTng live session through `lttng-relayd`
-//! ([`weft_sources::ctf::live`]) and streams its BlkKin spans and events to the outputs of
-//! `weft import ctf DIR`, through the same decoder and the same weaver, so a session gives the
-//! same spans read live or afterwards.
+//! ([`weft_weave::live`], the code the agent's `--lttng-live` runs too) and streams its BlkKin
+//! spans and events to the outputs of `weft import ctf DIR`, through the same decoder and the
+//! same weaver, so a session gives the same spans read live or afterwards.
 //!
 //! Spans are output once no event touched them for `--span-idle-ms` of trace time, measured
 //! against the live merge's watermark (which inactivity beacons move forward while nothing is
 //! traced); everything still open is output when the session ends, on Ctrl-C, or when the
 //! relay daemon goes away (then the import fails after writing what it received).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use weft_model::SourceId;
-use weft_sources::ctf::live::Poll;
-use weft_sources::ctf::{DecodeOptions, LiveOptions, LiveReader, LiveUrl};
-use weft_weave::blkin::{BlkkinOptions, BlkkinWeaver};
+use weft_model::{Event, SourceId, Span};
+use weft_sources::ctf::{DecodeOptions, LiveOptions, LiveTarget, LiveUrl};
+use weft_weave::live::{FollowOptions, Follower};
+use weft_weave::sink::{SinkHandle, SinkReport};
 
-use super::{BATCH, CtfArgs, Importer, SPAN_BATCH, imp_counts, summary_events, summary_wrote};
+use super::{BATCH, CtfArgs, SPAN_BATCH, finish_events, print_sinks, summary_events, summary_wrote};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -58,84 +59,96 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// Hands `spans` to every sink (and empties it).
+fn send(sinks: &[SinkHandle], spans: &mut Vec<Span>, written: &mut u64) {
+    if spans.is_empty() {
+        return;
+    }
+    *written += spans.len() as u64;
+    let batch = Arc::new(std::mem::take(spans));
+    for s in sinks {
+        s.send(&batch);
+    }
+}
+
 /// Runs `weft import ctf --live URL`.
 pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
     let url = LiveUrl::parse(url)?;
     let started = Instant::now();
-    let opts = LiveOptions {
-        decode: DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() },
-        ..LiveOptions::default()
+    let opts = FollowOptions {
+        live: LiveOptions {
+            decode: DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() },
+            ..LiveOptions::default()
+        },
+        span_idle_ns: args.span_idle_ms.saturating_mul(1_000_000),
+        batch_events: BATCH,
+        ..FollowOptions::default()
     };
-    let mut reader = LiveReader::open(&url, SourceId(args.out.source_id), opts)
+    let mut follower = Follower::open(LiveTarget::Session(url.clone()), SourceId(args.out.source_id), opts)
         .with_context(|| format!("following {url}"))?;
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    let (span_files, store, mut events_file) = args.out.open()?;
-    let keep_events = !args.out.no_events && (store.is_some() || events_file.is_some());
-    let mut imp = Importer::new(span_files, store.as_ref(), events_file.as_mut(), keep_events);
-    imp.weaver = BlkkinWeaver::new(BlkkinOptions {
-        idle_ns: Some(args.span_idle_ms.saturating_mul(1_000_000)),
-        ..BlkkinOptions::default()
-    });
+    let out = args.out.open()?;
+    let sinks = out.sinks.into_iter().map(SinkHandle::start).collect::<Result<Vec<_>, _>>()?;
     let bar = weft_cli::progress::spinner("live");
     let mut delays = Delays::default();
-    let mut batch = Vec::with_capacity(BATCH);
+    let (mut events, mut spans) = (Vec::<Event>::with_capacity(BATCH), Vec::<Span>::new());
+    let (mut written, mut read_events) = (0u64, 0u64);
     let mut stopped = false;
     let read: anyhow::Result<()> = (|| loop {
         if STOP.load(Ordering::SeqCst) {
             stopped = true;
-            reader.detach()?;
             return Ok(());
         }
-        batch.clear();
-        let polled = reader.poll(&mut batch, BATCH)?;
-        if !batch.is_empty() {
-            imp.events(&batch)?;
-            for e in &batch {
-                imp.weaver.push(e);
-            }
+        events.clear();
+        let before = spans.len();
+        let polled = follower.poll(Some(&mut events), &mut spans);
+        read_events += events.len() as u64;
+        if !events.is_empty() {
+            super::tap_events(&out.tap, &events).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        imp.weaver.advance(reader.watermark());
-        let before = imp.pending_spans.len();
-        imp.weaver.drain(&mut imp.pending_spans);
-        if imp.pending_spans.len() > before {
+        if spans.len() > before {
             let now = now_ns();
-            for s in &imp.pending_spans[before..] {
+            for s in &spans[before..] {
                 delays.add(now.saturating_sub(s.end_ns));
             }
         }
-        let idle = polled == Poll::Idle;
-        if idle || imp.pending_spans.len() >= SPAN_BATCH {
-            imp.flush_spans()?;
+        let polled = polled?;
+        if polled.events == 0 || spans.len() >= SPAN_BATCH {
+            send(&sinks, &mut spans, &mut written);
         }
-        let st = reader.stats();
+        let (st, _) = follower.live_stats();
         bar.set_message(format!(
-            "{} events, {} spans, {} packets, {}/{} streams open",
-            imp.events,
-            imp.spans_out,
+            "{read_events} events, {written} spans, {} packets, {}/{} streams open",
             st.packets,
-            reader.active_streams(),
+            st.streams.saturating_sub(st.streams_ended),
             st.streams
         ));
-        match polled {
-            Poll::End => return Ok(()),
-            Poll::Idle => std::thread::sleep(IDLE_WAIT),
-            Poll::Events(_) => {}
+        if polled.ended {
+            return Ok(());
+        }
+        if polled.events == 0 {
+            std::thread::sleep(IDLE_WAIT);
         }
     })();
     bar.finish_and_clear();
     // Whatever ended the read, output what was received.
-    let open = imp.weaver.open_spans();
-    let (spans, bstats) = imp.finish()?;
-    if let Some(s) = &store {
+    let (_, open) = follower.blkin();
+    follower.finish(&mut spans);
+    send(&sinks, &mut spans, &mut written);
+    let mut reports: Vec<SinkReport> = Vec::new();
+    for s in sinks {
+        reports.push(s.finish()?);
+    }
+    let c = finish_events(&out.tap)?;
+    if let Some(s) = &out.store {
         s.close().context("flushing the data directory")?;
     }
-    let st = reader.stats().clone();
-    let dec = reader.decode_stats();
-    let c = imp_counts(&imp);
+    let (st, dec) = follower.live_stats();
+    let (bstats, _) = follower.blkin();
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     println!(
         "followed {url}{}: {} events, {} stream(s), {} packets ({} bytes) in {secs:.2} s ({:.0} events/s)",
@@ -146,7 +159,7 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
         st.bytes,
         c.events as f64 / secs,
     );
-    for t in reader.traces() {
+    for t in follower.traces() {
         let env = |k: &str| t.meta.env(k).map(|v| v.to_string()).unwrap_or_default();
         println!(
             "  trace: {} {}, host {}, {} event classes ({} metadata version(s))",
@@ -159,7 +172,7 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
     }
     summary_events(&c);
     println!(
-        "  BlkKin: {} events → {spans} spans ({open} of them closed at the end){}",
+        "  BlkKin: {} events → {written} spans ({open} of them closed at the end){}",
         bstats.events,
         if bstats.malformed > 0 {
             format!(", {} malformed events not used", bstats.malformed)
@@ -188,7 +201,8 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
             println!("    {s}");
         }
     }
-    summary_wrote(&args.out, spans, &c);
+    summary_wrote(&args.out, written, &c);
+    print_sinks(&reports);
     read.with_context(|| format!("following {url} (what was received is written)"))?;
     if dec.errors > 0 && args.out.strict {
         anyhow::bail!("decoding errors");
