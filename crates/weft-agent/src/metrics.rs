@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::spool::SpoolStats;
 use weft_control::proto::{AgentReport, LttngSessionReport, PipelineReport, ProcessReport};
-use weft_weave::live::FollowTotals;
+use weft_weave::live::LiveCounts;
 
 /// Counters (monotonic unless noted).
 #[derive(Debug, Default)]
@@ -52,7 +52,7 @@ pub struct Metrics {
     processes: Mutex<Vec<ProcessReport>>,
     spool: Mutex<SpoolStats>,
     /// Per `--lttng-live` target (by its index), its sessions and its counters.
-    lttng: Mutex<Vec<(Vec<LttngSessionReport>, FollowTotals)>>,
+    lttng: Mutex<Vec<(Vec<LttngSessionReport>, LiveCounts)>>,
 }
 
 fn esc(s: &str) -> String {
@@ -74,7 +74,7 @@ impl Metrics {
     }
 
     /// Replace the sessions of `--lttng-live` target `slot` (its follower thread).
-    pub fn set_lttng(&self, slot: usize, sessions: Vec<LttngSessionReport>, totals: FollowTotals) {
+    pub fn set_lttng(&self, slot: usize, sessions: Vec<LttngSessionReport>, totals: LiveCounts) {
         let mut l = self.lttng.lock().unwrap_or_else(|e| e.into_inner());
         if l.len() <= slot {
             l.resize(slot + 1, Default::default());
@@ -89,17 +89,11 @@ impl Metrics {
     }
 
     /// The LTTng live counters over every target and session.
-    pub fn lttng_totals(&self) -> FollowTotals {
+    pub fn lttng_totals(&self) -> LiveCounts {
         let l = self.lttng.lock().unwrap_or_else(|e| e.into_inner());
-        let mut t = FollowTotals::default();
+        let mut t = LiveCounts::default();
         for (_, x) in l.iter() {
-            t.events += x.events;
-            t.spans += x.spans;
-            t.discarded_events += x.discarded_events;
-            t.lost_packets += x.lost_packets;
-            t.replayed_events += x.replayed_events;
-            t.reconnects += x.reconnects;
-            t.decode_errors += x.decode_errors;
+            t.add(x);
         }
         t
     }
@@ -308,7 +302,7 @@ impl Metrics {
         );
         let lttng = self.lttng();
         let totals = self.lttng_totals();
-        type LGet = fn(&FollowTotals) -> u64;
+        type LGet = fn(&LiveCounts) -> u64;
         let per_session: [(&str, &str, LGet); 6] = [
             ("weft_agent_lttng_events_total", "Events read from the LTTng live sessions.", |s| s.events),
             ("weft_agent_lttng_spans_total", "Spans woven from the LTTng live sessions.", |s| s.spans),

@@ -142,12 +142,11 @@ fn have_unshare() -> bool {
         .unwrap_or(false)
 }
 
-fn script(w: &Path, o: &RecordOptions) -> String {
-    let w = w.display();
-    let ctx = if o.contexts { "lttng add-context -u -c ch -t vtid -t vpid -t procname" } else { ":" };
+/// The scripts' start: strict mode, the private mounts (as root), `LTTNG_HOME` in `w`.
+fn preamble(w: &Path) -> String {
     format!(
         r#"set -eu
-W='{w}'
+W='{}'
 if [ "${{WEFT_LTTNG_PRIVATE_MOUNTS:-}}" = 1 ]; then
   mount -t tmpfs none /var/run
   mkdir -p /var/run/lttng
@@ -156,7 +155,16 @@ fi
 export LTTNG_HOME="$W/home"
 mkdir -p "$LTTNG_HOME"
 export LTTNG_UST_REGISTER_TIMEOUT=10000
-cleanup() {{
+"#,
+        w.display()
+    )
+}
+
+fn script(w: &Path, o: &RecordOptions) -> String {
+    let preamble = preamble(w);
+    let ctx = if o.contexts { "lttng add-context -u -c ch -t vtid -t vpid -t procname" } else { ":" };
+    format!(
+        r#"{preamble}cleanup() {{
   if [ -f "$W/sessiond.pid" ]; then
     pid=$(cat "$W/sessiond.pid")
     kill "$pid" 2>/dev/null || true
@@ -354,7 +362,7 @@ impl Drop for LiveSessions {
 }
 
 fn live_script(w: &Path, ports: &[u16; 3], sessions: &[String], o: &RecordOptions) -> String {
-    let w = w.display();
+    let preamble = preamble(w);
     let [c, d, l] = ports;
     let mut per_session = String::from("make_sessions() {\n");
     for s in sessions {
@@ -388,17 +396,7 @@ lttng start {s}
     let forget: String = stop.clone() + "wait $d || true\nd=\n";
     stop += "wait $d\nd=\n";
     format!(
-        r#"set -eu
-W='{w}'
-if [ "${{WEFT_LTTNG_PRIVATE_MOUNTS:-}}" = 1 ]; then
-  mount -t tmpfs none /var/run
-  mkdir -p /var/run/lttng
-  mount -t tmpfs none /dev/shm
-fi
-export LTTNG_HOME="$W/home"
-mkdir -p "$LTTNG_HOME"
-export LTTNG_UST_REGISTER_TIMEOUT=10000
-stop_pid() {{
+        r#"{preamble}stop_pid() {{
   kill "$1" 2>/dev/null || true
   i=0
   while kill -0 "$1" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done

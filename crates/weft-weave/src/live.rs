@@ -97,13 +97,10 @@ impl SessionState {
     }
 }
 
-/// A followed session's figures.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionReport {
-    /// The session.
-    pub url: LiveUrl,
-    /// Where it is.
-    pub state: SessionState,
+/// A session's counters, or their sums over sessions ([`Follower::totals`]: monotonic,
+/// sessions that left the list count on).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveCounts {
     /// Events read (each once, re-attaches included).
     pub events: u64,
     /// Spans output.
@@ -118,40 +115,32 @@ pub struct SessionReport {
     pub reconnects: u64,
     /// Decoding errors (packets skipped in part).
     pub decode_errors: u64,
+}
+
+impl LiveCounts {
+    /// Adds `o`.
+    pub fn add(&mut self, o: &LiveCounts) {
+        self.events += o.events;
+        self.spans += o.spans;
+        self.discarded_events += o.discarded_events;
+        self.lost_packets += o.lost_packets;
+        self.replayed_events += o.replayed_events;
+        self.reconnects += o.reconnects;
+        self.decode_errors += o.decode_errors;
+    }
+}
+
+/// A followed session's figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionReport {
+    /// The session.
+    pub url: LiveUrl,
+    /// Where it is.
+    pub state: SessionState,
+    /// Its counters.
+    pub counts: LiveCounts,
     /// The last error, while reconnecting.
     pub last_error: Option<String>,
-}
-
-/// Counters summed over every session a [`Follower`] followed (monotonic: sessions that
-/// left its list count on).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FollowTotals {
-    /// Events read.
-    pub events: u64,
-    /// Spans output.
-    pub spans: u64,
-    /// Events the tracer discarded.
-    pub discarded_events: u64,
-    /// Packets missing.
-    pub lost_packets: u64,
-    /// Events read again after re-attaches and skipped.
-    pub replayed_events: u64,
-    /// Re-attaches.
-    pub reconnects: u64,
-    /// Decoding errors.
-    pub decode_errors: u64,
-}
-
-impl FollowTotals {
-    fn add(&mut self, r: &SessionReport) {
-        self.events += r.events;
-        self.spans += r.spans;
-        self.discarded_events += r.discarded_events;
-        self.lost_packets += r.lost_packets;
-        self.replayed_events += r.replayed_events;
-        self.reconnects += r.reconnects;
-        self.decode_errors += r.decode_errors;
-    }
 }
 
 /// One followed session.
@@ -299,13 +288,15 @@ impl Followed {
         SessionReport {
             url: self.url.clone(),
             state: self.state,
-            events: self.events,
-            spans: self.spans,
-            discarded_events: live.discarded_events.max(dec.discarded_events),
-            lost_packets: dec.lost_packets,
-            replayed_events: live.replayed_events,
-            reconnects: self.reconnects,
-            decode_errors: dec.errors,
+            counts: LiveCounts {
+                events: self.events,
+                spans: self.spans,
+                discarded_events: live.discarded_events.max(dec.discarded_events),
+                lost_packets: dec.lost_packets,
+                replayed_events: live.replayed_events,
+                reconnects: self.reconnects,
+                decode_errors: dec.errors,
+            },
             last_error: self.last_error.clone(),
         }
     }
@@ -340,7 +331,7 @@ pub struct Follower {
     relay_error: Option<String>,
     skipped: u64,
     /// The counters of sessions no longer in the list.
-    retired: FollowTotals,
+    retired: LiveCounts,
     batch: Vec<Event>,
 }
 
@@ -357,7 +348,7 @@ impl Follower {
             ended_ids: HashSet::new(),
             relay_error: None,
             skipped: 0,
-            retired: FollowTotals::default(),
+            retired: LiveCounts::default(),
             batch: Vec::new(),
             target,
             opts,
@@ -478,7 +469,7 @@ impl Follower {
             let positions = match self.sessions.iter().position(same) {
                 Some(i) => {
                     let old = self.sessions.remove(i);
-                    self.retired.add(&old.report());
+                    self.retired.add(&old.report().counts);
                     old.positions
                 }
                 None => Positions::default(),
@@ -498,7 +489,7 @@ impl Follower {
         // Keep the ended sessions' reports bounded.
         while self.sessions.len() > 2 * self.opts.max_sessions {
             match self.sessions.iter().position(|s| s.state == SessionState::Ended) {
-                Some(i) => self.retired.add(&self.sessions.remove(i).report()),
+                Some(i) => self.retired.add(&self.sessions.remove(i).report().counts),
                 None => break,
             }
         }
@@ -522,10 +513,10 @@ impl Follower {
     }
 
     /// The counters over every session followed so far.
-    pub fn totals(&self) -> FollowTotals {
+    pub fn totals(&self) -> LiveCounts {
         let mut t = self.retired;
         for s in &self.sessions {
-            t.add(&s.report());
+            t.add(&s.report().counts);
         }
         t
     }

@@ -712,10 +712,13 @@ fn the_agent_follows_lttng_live_sessions_into_the_collector() {
     );
     wait_attached(live.live_port, &live.sessions[0]);
 
+    let t0 = Instant::now();
     live.start_app(1);
     wait_for("burst 1's spans in the collector", Duration::from_secs(60), || {
         blkin_spans(&collector, 1).len() == 4
     });
+    // A figure for docs/performance.md (not asserted).
+    eprintln!("figure: the program started → its 4 spans queryable in the collector: {:?}", t0.elapsed());
     // (the program waits for its release file: it still runs)
     assert!(live.app_running(1));
     let during = blkin_spans(&collector, 1);
@@ -793,11 +796,13 @@ fn the_agent_reattaches_to_lttng_live_sessions_without_duplicates() {
     let first = blkin_spans(&collector, 1);
 
     // A lost viewer connection: re-attached, everything read again is skipped.
+    let t0 = Instant::now();
     cutter.cut();
     wait_for("the re-attach", Duration::from_secs(60), || {
         agent.metric("weft_agent_lttng_reconnects_total") == 1.0
             && agent.metric("weft_agent_lttng_replayed_events_total") == burst as f64
     });
+    eprintln!("figure: connection cut → re-attached and the {burst} events skipped: {:?}", t0.elapsed());
     assert_eq!(agent.metric("weft_agent_lttng_events_total"), burst as f64);
     live.release_app(1);
 
@@ -806,8 +811,13 @@ fn the_agent_reattaches_to_lttng_live_sessions_without_duplicates() {
     wait_for("the agent to notice", Duration::from_secs(60), || {
         agent.metric("weft_agent_lttng_sessions{state=\"reconnecting\"}") == 1.0
     });
+    let t0 = Instant::now();
     live.restart_relay_daemon();
     wait_attached(live.live_port, &live.sessions[0]);
+    eprintln!(
+        "figure: relay daemon restarted (and the session created) → the agent attached: {:?}",
+        t0.elapsed()
+    );
     live.start_app(2);
     wait_for("burst 2's spans in the collector", Duration::from_secs(60), || {
         blkin_spans(&collector, 2).len() == 4
