@@ -35,7 +35,7 @@ use weft_probe::consumer::{self, ConsumerError, Segment};
 use crate::control;
 use crate::metrics::Metrics;
 use crate::spool::{Appended, Spool, SpoolConfig, SpoolError};
-use weft_control::proto::{CommandResult, ProbeCommand, ProcessReport};
+use weft_control::proto::{CaptureCommand, CaptureOutcome, CommandResult, ProbeCommand, ProcessReport};
 use weft_weave::probe::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 
 /// Agent settings.
@@ -44,8 +44,11 @@ pub struct AgentConfig {
     /// Segment directory (created with mode 0700 when missing, so processes started later use
     /// shared memory).
     pub probe_dir: PathBuf,
-    /// Collector base URL (`http://127.0.0.1:4318`); `None` = spool only.
+    /// Collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); `None` = spool only.
     pub collector: Option<String>,
+    /// Base URL of the collector's control API, on its query listener
+    /// (`http://127.0.0.1:16686`); `None` = no reports, no commands from the collector.
+    pub control_url: Option<String>,
     /// Bearer token for the collector's control API.
     pub control_token: Option<String>,
     pub spool: SpoolConfig,
@@ -73,7 +76,7 @@ pub struct AgentConfig {
     /// gzip batches (less disk and network, more agent CPU).
     pub compress: bool,
     /// LTTng live targets to follow (`--lttng-live`): every session of a relay daemon, or one.
-    pub lttng_live: Vec<weft_weave::live::LiveTarget>,
+    pub lttng_live: Vec<weft_sources::ctf::live::LiveTarget>,
     /// How the LTTng live sessions are followed (span idle time, backoff, ...).
     pub lttng_follow: weft_weave::live::FollowOptions,
 }
@@ -97,6 +100,7 @@ impl AgentConfig {
         AgentConfig {
             probe_dir: probe_dir.into(),
             collector: None,
+            control_url: None,
             control_token: None,
             spool: SpoolConfig::new(spool_dir, 256 << 20),
             name: host.clone(),
@@ -115,9 +119,9 @@ impl AgentConfig {
             lttng_live: Vec::new(),
             lttng_follow: weft_weave::live::FollowOptions {
                 reconnect: true,
-                live: weft_weave::live::LiveOptions {
+                live: weft_sources::ctf::live::LiveOptions {
                     timeout: Duration::from_secs(5),
-                    ..weft_weave::live::LiveOptions::default()
+                    ..weft_sources::ctf::live::LiveOptions::default()
                 },
                 ..weft_weave::live::FollowOptions::default()
             },
@@ -136,6 +140,8 @@ pub enum AgentError {
     Socket(#[from] control::SocketError),
     #[error("metrics listener {addr}: {source}")]
     Metrics { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Capture(#[from] crate::capture::alloc::AllocError),
 }
 
 /// A running agent.
@@ -184,6 +190,7 @@ impl Agent {
         metrics.set_spool(spool.stats());
         let stop = Arc::new(AtomicBool::new(false));
         let mut others = Vec::new();
+        let tap = Arc::new(std::sync::Mutex::new(crate::capture::remote::Tap::default()));
         let exec: Arc<dyn Fn(&ProbeCommand) -> CommandResult + Send + Sync> = {
             let (dir, wait, name, host, m) = (
                 cfg.probe_dir.clone(),
@@ -227,7 +234,7 @@ impl Agent {
             let (sp, m, s, linger) = (spool.clone(), metrics.clone(), stop.clone(), cfg.linger);
             spawn("weft-agent-send", move || crate::ship::run(sp, sc, m, s, linger))
         });
-        if let Some(url) = &cfg.collector {
+        if let Some(url) = &cfg.control_url {
             let link = crate::collector::Link {
                 collector: weft_control::client::Collector::new(url, cfg.control_token.clone()),
                 agent: cfg.name.clone(),
@@ -240,8 +247,22 @@ impl Agent {
                     crate::collector::run_reporter(l2, m, s, every)
                 }));
                 let (s, e) = (stop.clone(), exec.clone());
-                // not joined at shutdown: a long poll may be in flight
-                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e));
+                let executor = crate::capture::remote::Executor {
+                    engine: crate::capture::engine::Engine::new(crate::capture::alloc::Allocator::new(
+                        crate::capture::alloc::AllocConfig::default(),
+                    )?),
+                    tap: tap.clone(),
+                    spool: spool.clone(),
+                    agent: cfg.name.clone(),
+                    host: cfg.host.clone(),
+                    compress: cfg.compress,
+                    batch: cfg.max_batch_spans,
+                    settle: cfg.batch_interval + cfg.poll_interval * 2,
+                };
+                let capture: Arc<dyn Fn(&CaptureCommand) -> CaptureOutcome + Send + Sync> =
+                    Arc::new(move |c: &CaptureCommand| executor.run(c));
+                // not joined at shutdown: a long poll (or a capture) may be in flight
+                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e, capture));
             }
         }
         let lttng = cfg
@@ -263,7 +284,7 @@ impl Agent {
             .collect();
         let drain = {
             let (sp, m, s) = (spool.clone(), metrics.clone(), stop.clone());
-            spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m).run(&s))
+            spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m, tap).run(&s))
         };
         Ok(Agent { stop, metrics, spool, metrics_addr, socket, drain: Some(drain), lttng, sender, others })
     }
@@ -348,6 +369,8 @@ struct DrainLoop {
     removed: weft_weave::probe::AsmStats,
     /// Records the removed processes dropped (full rings, no ring).
     removed_drops: u64,
+    /// The running capture's copy of the request spans.
+    tap: Arc<std::sync::Mutex<crate::capture::remote::Tap>>,
 }
 
 fn file_stamp(p: &Path) -> u64 {
@@ -360,7 +383,12 @@ fn file_stamp(p: &Path) -> u64 {
 }
 
 impl DrainLoop {
-    fn new(cfg: AgentConfig, spool: Arc<Spool>, metrics: Arc<Metrics>) -> DrainLoop {
+    fn new(
+        cfg: AgentConfig,
+        spool: Arc<Spool>,
+        metrics: Arc<Metrics>,
+        tap: Arc<std::sync::Mutex<crate::capture::remote::Tap>>,
+    ) -> DrainLoop {
         DrainLoop {
             cfg,
             spool,
@@ -375,6 +403,7 @@ impl DrainLoop {
             logged: HashSet::new(),
             removed: weft_weave::probe::AsmStats::default(),
             removed_drops: 0,
+            tap,
         }
     }
 
@@ -602,6 +631,9 @@ impl DrainLoop {
         self.last_flush = Instant::now();
         self.dirty = false;
         let spans = std::mem::take(&mut self.pending);
+        if let Ok(mut t) = self.tap.lock() {
+            t.offer(&spans);
+        }
         for chunk in spans.chunks(self.cfg.max_batch_spans.max(1)) {
             let body = encode_batch(chunk, self.cfg.compress);
             match self.spool.append(&body, chunk.len() as u32, self.cfg.compress) {
@@ -682,6 +714,7 @@ impl DrainLoop {
         m.event_spans.store(totals.event_spans, Ordering::Relaxed);
         m.spans_incomplete.store(totals.incomplete, Ordering::Relaxed);
         m.spans_evicted.store(totals.evicted, Ordering::Relaxed);
+        m.endpoint_resources_full.store(totals.endpoint_resources_full, Ordering::Relaxed);
         m.orphans_dropped.store(totals.orphans_dropped, Ordering::Relaxed);
         m.pins_released.store(totals.pins_released, Ordering::Relaxed);
     }

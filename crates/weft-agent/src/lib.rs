@@ -6,7 +6,8 @@
 //! `lttng-relayd`'s live sessions into BlkKin spans when told to (`--lttng-live`), and ships
 //! the spans to the collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
 //! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
-//! local socket or from the collector's control API.
+//! local socket or from the collector's control API — and runs EXIST's bounded captures of a
+//! service's function calls on the collector's request.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
 //!   restarts, commits).
@@ -21,10 +22,14 @@
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
 //!   [`weft_control::client::Collector`]).
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
-//! * [`capture`]: EXIST's on-demand bounded captures — so far the usage-aware allocator of
-//!   per-core AUX buffers within the node's budget ([`capture::alloc`]) and its live inputs,
-//!   per-core utilization and a process's recent cores read from `/proc` ([`capture::usage`]);
-//!   the capture controller is not built yet (`docs/captures.md`).
+//! * [`capture`]: EXIST's on-demand bounded captures — the usage-aware allocator of per-core
+//!   buffers within the node's budget ([`capture::alloc`]) and its `/proc` inputs
+//!   ([`capture::usage`]); the capture engine ([`capture::engine`]: target resolution, the
+//!   software backend — uprobes on the target's functions —, the operation-aware per-core
+//!   controller, the period timer, release of everything); and the captures the collector
+//!   requests, woven into the request spans the agent drains and shipped with them
+//!   ([`capture::remote`]). Intel PT is detected and refused with a clear message: only the
+//!   software backend captures (`docs/captures.md`).
 //! * [`cli`]: the command line ([`cli::Args`], [`cli::run`]) of both `weft agent` and the lean
 //!   `weft-agent` binary of this package (no DataFusion, Arrow or UI in it).
 //!

@@ -1,7 +1,7 @@
 //! `--lttng-live`: the agent follows the local `lttng-relayd`'s live sessions — every session
 //! of it (`net://HOST[:PORT]`, sessions created later included) or one
 //! (`net://HOST[:PORT]/host/HOSTNAME/SESSION`) — weaves their BlkKin events into spans with
-//! [`weft_weave::live`] (the code `weft import ctf --live` runs) and spools the spans like the
+//! [`weft_weave::live`] (the reader and weaver `weft import ctf --live` runs) and spools the spans like the
 //! probe rings' ([`crate::spool`], then [`crate::ship`]).
 //!
 //! One thread per target. A session whose relay daemon goes away is re-attached with capped
@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use weft_control::proto::LttngSessionReport;
 use weft_model::{SourceId, Span};
-use weft_weave::live::{FollowOptions, Follower, LiveTarget, SessionReport};
+use weft_sources::ctf::live::LiveTarget;
+use weft_weave::live::{FollowOptions, Follower, SessionReport};
 
 use crate::agent::encode_batch;
 use crate::metrics::Metrics;
@@ -114,7 +115,7 @@ pub fn run(cfg: LiveConfig, spool: Arc<Spool>, m: Arc<Metrics>, stop: Arc<Atomic
             publish(&f, &cfg, &m);
             return;
         }
-        let polled = match f.poll(None, &mut spans) {
+        let polled = match f.poll(&mut spans) {
             Ok(p) => p,
             Err(e) => {
                 // (only without reconnecting, which the agent always does)

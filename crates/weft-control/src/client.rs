@@ -46,8 +46,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// `base` is `http://host:port` of any of the collector's HTTP listeners (a trailing `/` or
-    /// `/v1/traces` is ignored, so the agent's OTLP endpoint works too). Without `token` only
+    /// `base` is `http://host:port` of the collector's query listener, which serves the control
+    /// API (a trailing `/` or `/v1/traces` is ignored). Without `token` only
     /// [`Collector::report`] works.
     pub fn new(base: &str, token: Option<String>) -> Collector {
         let b = base.trim_end_matches('/');
@@ -139,8 +139,13 @@ mod tests {
     #[test]
     fn a_poll_without_token_is_refused_before_sending() {
         let c = Collector::new("http://127.0.0.1:9", None);
-        let req =
-            PollRequest { agent: "a".into(), host: "h".into(), after: None, results: vec![], wait_ms: 0 };
+        let req = PollRequest {
+            agent: "a".into(),
+            host: "h".into(),
+            after: None,
+            wait_ms: 0,
+            ..Default::default()
+        };
         assert_eq!(c.poll(&req).unwrap_err(), ClientError::NoToken);
     }
 }

@@ -142,11 +142,12 @@ fn have_unshare() -> bool {
         .unwrap_or(false)
 }
 
-/// The scripts' start: strict mode, the private mounts (as root), `LTTNG_HOME` in `w`.
+/// The start of every script: strict mode, the work directory `W`, private mounts of LTTng's
+/// run-time directories when asked (`WEFT_LTTNG_PRIVATE_MOUNTS=1`) and a private `LTTNG_HOME`.
 fn preamble(w: &Path) -> String {
     format!(
         r#"set -eu
-W='{}'
+W='{w}'
 if [ "${{WEFT_LTTNG_PRIVATE_MOUNTS:-}}" = 1 ]; then
   mount -t tmpfs none /var/run
   mkdir -p /var/run/lttng
@@ -154,9 +155,8 @@ if [ "${{WEFT_LTTNG_PRIVATE_MOUNTS:-}}" = 1 ]; then
 fi
 export LTTNG_HOME="$W/home"
 mkdir -p "$LTTNG_HOME"
-export LTTNG_UST_REGISTER_TIMEOUT=10000
-"#,
-        w.display()
+export LTTNG_UST_REGISTER_TIMEOUT=10000"#,
+        w = w.display()
     )
 }
 
@@ -164,7 +164,8 @@ fn script(w: &Path, o: &RecordOptions) -> String {
     let preamble = preamble(w);
     let ctx = if o.contexts { "lttng add-context -u -c ch -t vtid -t vpid -t procname" } else { ":" };
     format!(
-        r#"{preamble}cleanup() {{
+        r#"{preamble}
+cleanup() {{
   if [ -f "$W/sessiond.pid" ]; then
     pid=$(cat "$W/sessiond.pid")
     kill "$pid" 2>/dev/null || true
@@ -332,14 +333,10 @@ impl LiveSessions {
 
     /// The relay daemon's copy of session `i` (its output directory), once destroyed.
     pub fn trace_dir(&self, i: usize) -> PathBuf {
-        let host = self.relay_output.join(&self.hostname);
-        let prefix = format!("{}-", self.sessions[i]);
-        std::fs::read_dir(&host)
-            .unwrap_or_else(|e| panic!("{}: {e}\n{}", host.display(), self.log()))
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
-            .unwrap_or_else(|| panic!("no output of {} under {}", self.sessions[i], host.display()))
+        let dirs = self.trace_dirs(i);
+        dirs.into_iter().next().unwrap_or_else(|| {
+            panic!("no output of {} under {}", self.sessions[i], self.relay_output.display())
+        })
     }
 }
 
@@ -396,7 +393,8 @@ lttng start {s}
     let forget: String = stop.clone() + "wait $d || true\nd=\n";
     stop += "wait $d\nd=\n";
     format!(
-        r#"{preamble}stop_pid() {{
+        r#"{preamble}
+stop_pid() {{
   kill "$1" 2>/dev/null || true
   i=0
   while kill -0 "$1" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done

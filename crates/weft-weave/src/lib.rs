@@ -35,10 +35,12 @@
 //! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans;
 //!   the weaver is `weft import ctf`'s stage.
 //! * [`live`]: LTTng live sessions (one, or every session of an `lttng-relayd`) followed
-//!   into BlkKin spans, re-attaching without weaving an event twice — `weft import ctf
-//!   --live` and the agent's `--lttng-live`.
+//!   into BlkKin spans, re-attaching without weaving an event twice (the agent's
+//!   `--lttng-live`).
 //! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans;
-//!   [`kernel::KernelStage`] keeps the whole capture (bounded) and weaves at its end.
+//!   [`kernel::KernelStage`] keeps the whole capture (bounded) and weaves at its end;
+//!   [`kernel::nest_calls`] places function-call spans (EXIST's captures) inside the request
+//!   spans that ran them.
 //! * [`probe`]: weft-probe records → application spans (the agent's drain, and `weft import
 //!   probe`'s capture-file source and stage).
 //!

@@ -1,15 +1,14 @@
-//! LTTng live sessions into spans: what `weft import ctf --live` and the agent's
-//! `--lttng-live` share.
+//! LTTng live sessions into spans, re-attaching: the agent's `--lttng-live`.
 //!
 //! A [`Follower`] follows a [`LiveTarget`] — one session of `lttng-relayd`, or every session of
 //! it (listed again every [`FollowOptions::list_every`], so sessions created later are
 //! followed too) — each session through a [`LiveReader`] into its own BlkKin weaver
-//! ([`crate::blkin`], the weaver `weft import ctf DIR` runs), which outputs a span once no
-//! event touched it for [`FollowOptions::span_idle_ns`] of trace time past the reader's
-//! watermark. A session's spans and events come out of [`Follower::poll`].
+//! ([`crate::blkin`], the weaver `weft import ctf` runs, live or not), which outputs a span
+//! once no event touched it for [`FollowOptions::span_idle_ns`] of trace time past the
+//! reader's watermark. The spans come out of [`Follower::poll`].
 //!
-//! Without [`FollowOptions::reconnect`] (the import), any error of the relay daemon is the
-//! caller's. With it (the agent), a session whose connection fails is re-attached with
+//! Without [`FollowOptions::reconnect`], any error of the relay daemon is the caller's. With
+//! it, a session whose connection fails is re-attached with
 //! exponential backoff ([`FollowOptions::backoff_min`] doubling to
 //! [`FollowOptions::backoff_max`]); the new reader starts at the old one's
 //! [`Positions`], so an event is woven (and its span shipped) at most once per stream, and
@@ -22,21 +21,18 @@
 //!
 //! Memory: per session a reader (one packet per stream, the metadata) and a weaver (bounded
 //! by [`BlkkinOptions::max_open`]); at most [`FollowOptions::max_sessions`] sessions, more are
-//! counted ([`Follower::sessions_skipped`]) and not followed.
+//! not followed (warned once).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weft_model::{Event, SourceId, Span};
-use weft_sources::ctf::Compiled;
 use weft_sources::ctf::StreamStats;
-use weft_sources::ctf::live::{LiveReader, LiveStats, Poll, Positions, Viewer};
-// What a caller needs to name a target and set the readers up (the agent links this crate,
-// not weft-sources directly).
-pub use weft_sources::ctf::live::{LiveError, LiveOptions, LiveTarget, LiveUrl};
+use weft_sources::ctf::live::{
+    LiveError, LiveOptions, LiveReader, LiveStats, LiveTarget, LiveUrl, Poll, Positions, Viewer,
+};
 
-use crate::blkin::{BlkkinOptions, BlkkinStats, BlkkinWeaver};
+use crate::blkin::{BlkkinOptions, BlkkinWeaver};
 
 /// Settings of a [`Follower`].
 #[derive(Debug, Clone)]
@@ -150,7 +146,6 @@ struct Followed {
     relay_id: Option<u64>,
     reader: Option<LiveReader>,
     weaver: BlkkinWeaver,
-    blkin: BlkkinStats,
     positions: Positions,
     state: SessionState,
     attached: bool,
@@ -160,7 +155,6 @@ struct Followed {
     /// The counters of readers already closed.
     closed: LiveStats,
     closed_decode: StreamStats,
-    traces: Vec<Arc<Compiled>>,
     retry_at: Instant,
     backoff: Duration,
     last_error: Option<String>,
@@ -186,7 +180,6 @@ impl Followed {
             relay_id: None,
             reader: None,
             weaver: weaver(opts),
-            blkin: BlkkinStats::default(),
             positions,
             state: SessionState::Reconnecting,
             attached: false,
@@ -195,7 +188,6 @@ impl Followed {
             reconnects: 0,
             closed: LiveStats::default(),
             closed_decode: StreamStats::default(),
-            traces: Vec::new(),
             retry_at: Instant::now(),
             backoff: opts.backoff_min,
             last_error: None,
@@ -224,7 +216,6 @@ impl Followed {
             self.positions = r.positions();
             add_stats(&mut self.closed, r.stats());
             self.closed_decode.merge(&r.decode_stats());
-            self.traces = r.traces().cloned().collect();
         }
     }
 
@@ -245,10 +236,9 @@ impl Followed {
     /// Ends the session: every span still open goes to `spans`.
     fn end(&mut self, spans: &mut Vec<Span>, opts: &FollowOptions) {
         self.close_reader();
-        let (rest, stats) = std::mem::replace(&mut self.weaver, weaver(opts)).finish();
+        let (rest, _) = std::mem::replace(&mut self.weaver, weaver(opts)).finish();
         self.spans += rest.len() as u64;
         spans.extend(rest);
-        self.blkin = stats;
         self.state = SessionState::Ended;
     }
 
@@ -256,7 +246,6 @@ impl Followed {
     fn poll(
         &mut self,
         batch: &mut Vec<Event>,
-        events: &mut Option<&mut Vec<Event>>,
         spans: &mut Vec<Span>,
         opts: &FollowOptions,
     ) -> Result<(usize, bool), LiveError> {
@@ -269,9 +258,6 @@ impl Followed {
         }
         self.events += batch.len() as u64;
         let n = batch.len();
-        if let Some(out) = events.as_mut() {
-            out.append(batch);
-        }
         self.weaver.advance(r.watermark());
         let before = spans.len();
         self.weaver.drain(spans);
@@ -368,13 +354,9 @@ impl Follower {
         &self.target
     }
 
-    /// Reads every session once around: new events to `events` (when given), the spans
-    /// finished to `spans`. Errors only without [`FollowOptions::reconnect`].
-    pub fn poll(
-        &mut self,
-        mut events: Option<&mut Vec<Event>>,
-        spans: &mut Vec<Span>,
-    ) -> Result<Polled, LiveError> {
+    /// Reads every session once around; the spans finished go to `spans`. Errors only
+    /// without [`FollowOptions::reconnect`].
+    pub fn poll(&mut self, spans: &mut Vec<Span>) -> Result<Polled, LiveError> {
         let now = Instant::now();
         if matches!(self.target, LiveTarget::Relay { .. }) && now >= self.next_list {
             self.list(now, spans);
@@ -395,7 +377,7 @@ impl Follower {
                 }
                 s.failed(&e, now, &self.opts);
             }
-            match s.poll(&mut self.batch, &mut events, spans, &self.opts) {
+            match s.poll(&mut self.batch, spans, &self.opts) {
                 Ok((k, ended)) => {
                     n += k;
                     if ended {
@@ -519,60 +501,5 @@ impl Follower {
             t.add(&s.report().counts);
         }
         t
-    }
-
-    /// Sessions not followed because of [`FollowOptions::max_sessions`].
-    pub fn sessions_skipped(&self) -> u64 {
-        self.skipped
-    }
-
-    /// The last error listing the relay daemon's sessions, while it does not answer.
-    pub fn relay_error(&self) -> Option<&str> {
-        self.relay_error.as_deref()
-    }
-
-    /// The readers' counters summed over sessions and re-attaches.
-    pub fn live_stats(&self) -> (LiveStats, StreamStats) {
-        let (mut live, mut dec) = (LiveStats::default(), StreamStats::default());
-        for s in &self.sessions {
-            add_stats(&mut live, &s.closed);
-            dec.merge(&s.closed_decode);
-            if let Some(r) = &s.reader {
-                add_stats(&mut live, r.stats());
-                dec.merge(&r.decode_stats());
-            }
-        }
-        (live, dec)
-    }
-
-    /// The traces' metadata (of the current or the last reader of every session).
-    pub fn traces(&self) -> Vec<Arc<Compiled>> {
-        let mut out = Vec::new();
-        for s in &self.sessions {
-            match &s.reader {
-                Some(r) => out.extend(r.traces().cloned()),
-                None => out.extend(s.traces.iter().cloned()),
-            }
-        }
-        out
-    }
-
-    /// The BlkKin weavers' counters (of ended sessions, and the open ones so far), and the
-    /// spans still open.
-    pub fn blkin(&self) -> (BlkkinStats, usize) {
-        let mut b = BlkkinStats::default();
-        let mut open = 0;
-        for s in &self.sessions {
-            let st = if s.state == SessionState::Ended { &s.blkin } else { s.weaver.stats() };
-            b.events += st.events;
-            b.spans += st.spans;
-            b.malformed += st.malformed;
-            b.evicted += st.evicted;
-            if b.samples.len() < 10 {
-                b.samples.extend(st.samples.iter().take(10 - b.samples.len()).cloned());
-            }
-            open += s.weaver.open_spans();
-        }
-        (b, open)
     }
 }

@@ -179,10 +179,7 @@ impl Outputs {
             });
         }
         if let Some(url) = &self.server {
-            let client =
-                Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
-            let server = ServerSink { client, retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()) };
-            sinks.push(SinkSpec::Custom(CustomSink::new(format!("server {url}"), server)));
+            sinks.push(SinkSpec::Custom(CustomSink::new(format!("server {url}"), ServerSink::new(url))));
         }
         let store = match &self.data_dir {
             Some(dir) => Some(Arc::new(
@@ -621,9 +618,18 @@ fn probe_summary(out: &Outputs, reports: &[CaptureReport], spans: u64, c: &Count
 }
 
 /// A server's OTLP/HTTP receiver, through the exporter every weft sender uses.
-struct ServerSink {
+pub(super) struct ServerSink {
     client: Client,
     retries: Retries,
+}
+
+impl ServerSink {
+    /// A sink posting to `url` (an OTLP/HTTP endpoint) with `weft import`'s retries.
+    pub(super) fn new(url: &str) -> ServerSink {
+        let client =
+            Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
+        ServerSink { client, retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()) }
+    }
 }
 
 /// `weft import`'s retries: up to 20 per batch, 50 ms doubling to 2 s (a server catching up

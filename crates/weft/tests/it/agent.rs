@@ -23,7 +23,7 @@ use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
 use weft_testkit::lttng::{LiveSessions, RecordOptions};
 
-const TOKEN: &str = "s3cret-token";
+pub(crate) const TOKEN: &str = "s3cret-token";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
 /// One archipelago tier, when this binary is re-run as one (see [`cluster`]).
@@ -53,7 +53,7 @@ fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
     .expect("start the archipelago tiers")
 }
 
-fn http() -> ureq::Agent {
+pub(crate) fn http() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(60)))
@@ -61,7 +61,7 @@ fn http() -> ureq::Agent {
         .into()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !f() {
         assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
@@ -70,36 +70,51 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 }
 
 /// `weft serve` on free loopback ports.
-struct Collector {
+pub(crate) struct Collector {
     child: Option<Child>,
     data: PathBuf,
+    /// OTLP/HTTP listener (spans).
     port: u16,
+    /// Query listener (SQL, reads, metrics, control API).
+    query_port: u16,
 }
 
 impl Collector {
-    fn start(data: &Path) -> Collector {
-        let mut c = Collector { child: None, data: data.to_path_buf(), port: weft_testkit::free_port() };
+    pub(crate) fn start(data: &Path) -> Collector {
+        let mut c = Collector {
+            child: None,
+            data: data.to_path_buf(),
+            port: weft_testkit::free_port(),
+            query_port: weft_testkit::free_port(),
+        };
         c.restart();
         c
     }
 
-    fn base(&self) -> String {
+    /// The OTLP/HTTP base URL (where the agent ships spans).
+    pub(crate) fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The query listener's base URL (reads, SQL, metrics, the control API).
+    pub(crate) fn query(&self) -> String {
+        format!("http://127.0.0.1:{}", self.query_port)
     }
 
     fn restart(&mut self) {
         let child = Command::new(WEFT)
-            .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--http", "off", "--fsync", "always"])
+            .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "always"])
             .arg("--data-dir")
             .arg(&self.data)
             .args(["--otlp-http", &format!("127.0.0.1:{}", self.port)])
+            .args(["--http", &format!("127.0.0.1:{}", self.query_port)])
             .args(["--control-token", TOKEN])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn weft serve");
         self.child = Some(child);
-        let (h, url) = (http(), format!("{}/api/status", self.base()));
+        let (h, url) = (http(), format!("{}/api/status", self.query()));
         wait_for("weft serve to answer", Duration::from_secs(120), || {
             h.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200)
         });
@@ -113,7 +128,7 @@ impl Collector {
     }
 
     fn sql(&self, q: &str) -> Vec<Vec<Value>> {
-        let mut r = http().post(&format!("{}/api/sql", self.base())).send(q).expect("POST /api/sql");
+        let mut r = http().post(&format!("{}/api/sql", self.query())).send(q).expect("POST /api/sql");
         let body = r.body_mut().read_to_string().unwrap_or_default();
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{q}: {e}: {body}"));
         v["rows"]
@@ -124,13 +139,13 @@ impl Collector {
             .collect()
     }
 
-    fn count(&self, q: &str) -> u64 {
+    pub(crate) fn count(&self, q: &str) -> u64 {
         self.sql(q).first().and_then(|r| r.first()).and_then(Value::as_u64).unwrap_or(0)
     }
 
     /// Zipkin v2 spans of a trace.
     fn trace(&self, id: &str) -> Vec<Value> {
-        let mut r = http().get(&format!("{}/api/v2/trace/{id}", self.base())).call().expect("GET trace");
+        let mut r = http().get(&format!("{}/api/v2/trace/{id}", self.query())).call().expect("GET trace");
         if r.status().as_u16() != 200 {
             return Vec::new();
         }
@@ -138,7 +153,7 @@ impl Collector {
     }
 
     fn control(&self, token: Option<&str>, query: &str, body: &str) -> (u16, Value) {
-        let mut req = http().post(&format!("{}/api/control/probes{query}", self.base()));
+        let mut req = http().post(&format!("{}/api/control/probes{query}", self.query()));
         if let Some(t) = token {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
@@ -156,14 +171,14 @@ impl Drop for Collector {
 }
 
 /// `weft agent`.
-struct AgentProc {
+pub(crate) struct AgentProc {
     child: Option<Child>,
     args: Vec<String>,
     metrics: u16,
 }
 
 impl AgentProc {
-    fn start(probe_dir: &Path, spool: &Path, collector: &str, extra: &[&str]) -> AgentProc {
+    pub(crate) fn start(probe_dir: &Path, spool: &Path, collector: &Collector, extra: &[&str]) -> AgentProc {
         let metrics = weft_testkit::free_port();
         let mut args: Vec<String> = vec![
             "agent".into(),
@@ -172,7 +187,9 @@ impl AgentProc {
             "--spool-dir".into(),
             spool.to_string_lossy().into_owned(),
             "--collector".into(),
-            collector.into(),
+            collector.base(),
+            "--control-url".into(),
+            collector.query(),
             "--control-token".into(),
             TOKEN.into(),
             "--metrics".into(),
@@ -283,7 +300,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     let (work, data, spool) = (temp(), temp(), temp());
     let probes = work.path().join("probes");
     let collector = Collector::start(data.path());
-    let agent = AgentProc::start(&probes, spool.path(), &collector.base(), &[]);
+    let agent = AgentProc::start(&probes, spool.path(), &collector, &[]);
     let tiers = cluster(work.path(), &probes);
     wait_for("four segments", Duration::from_secs(30), || segments(&probes) == 4);
 
@@ -294,7 +311,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     let h = http();
     wait_for("the agent polling the control API", Duration::from_secs(60), || {
         let mut r = h
-            .get(&format!("{}/api/control/agents", collector.base()))
+            .get(&format!("{}/api/control/agents", collector.query()))
             .header("Authorization", &format!("Bearer {TOKEN}"))
             .call()
             .expect("GET agents");
@@ -395,7 +412,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
 
     // congestion figures reached the collector; nothing was dropped at this pace
     wait_for("the agent's report on the collector's /metrics", Duration::from_secs(30), || {
-        let mut r = http().get(&format!("{}/metrics", collector.base())).call().expect("metrics");
+        let mut r = http().get(&format!("{}/metrics", collector.query())).call().expect("metrics");
         let text = r.body_mut().read_to_string().unwrap_or_default();
         text.lines().any(|l| {
             l.starts_with("weft_agent_process_ring_occupancy_max{") && l.contains("service=\"blocker\"")
@@ -472,7 +489,7 @@ fn store_and_forward_across_a_collector_outage() {
     let agent = AgentProc::start(
         &probes,
         spool.path(),
-        &collector.base(),
+        &collector,
         &["--spool-size", "64KiB", "--batch-interval", "100ms", "--max-batch-spans", "300"],
     );
     let tiers = cluster(work.path(), &probes);
@@ -537,8 +554,7 @@ fn a_killed_agent_restarts_without_losing_spans_and_repeats_at_most_one_flush() 
     let (work, data, spool) = (temp(), temp(), temp());
     let probes = work.path().join("probes");
     let collector = Collector::start(data.path());
-    let mut agent =
-        AgentProc::start(&probes, spool.path(), &collector.base(), &["--batch-interval", "100ms"]);
+    let mut agent = AgentProc::start(&probes, spool.path(), &collector, &["--batch-interval", "100ms"]);
     let tiers = cluster(work.path(), &probes);
     wait_for("four segments", Duration::from_secs(30), || segments(&probes) == 4);
     let stop = Arc::new(AtomicBool::new(false));
@@ -667,7 +683,7 @@ fn by_span_id(spans: Vec<Value>) -> (Vec<Value>, Vec<(String, Vec<String>)>) {
 
 fn agents(collector: &Collector) -> Value {
     let mut r = http()
-        .get(&format!("{}/api/control/agents", collector.base()))
+        .get(&format!("{}/api/control/agents", collector.query()))
         .header("Authorization", &format!("Bearer {TOKEN}"))
         .call()
         .expect("GET agents");
@@ -707,7 +723,7 @@ fn the_agent_follows_lttng_live_sessions_into_the_collector() {
     let mut agent = AgentProc::start(
         &work.path().join("probes"),
         spool.path(),
-        &collector.base(),
+        &collector,
         &["--lttng-live", &relay, "--lttng-span-idle", "200ms", "--batch-interval", "100ms"],
     );
     wait_attached(live.live_port, &live.sessions[0]);
@@ -776,7 +792,7 @@ fn the_agent_reattaches_to_lttng_live_sessions_without_duplicates() {
     let agent = AgentProc::start(
         &work.path().join("probes"),
         spool.path(),
-        &collector.base(),
+        &collector,
         &[
             "--lttng-live",
             &relay,

@@ -34,6 +34,15 @@ pub fn run_err(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Reads an OTLP/JSON span file whole.
+pub fn read_otlp_json(p: &Path) -> Vec<Span> {
+    let f = std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut r = stream::reader(Format::OtlpJson, std::io::BufReader::new(f), false).unwrap();
+    let mut v = Vec::new();
+    while r.next_batch(&mut v, 10_000).unwrap() {}
+    v
+}
+
 /// Writes `spans` to `path` in `format`.
 pub fn write_spans(path: &Path, format: Format, spans: &[Span]) {
     let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create trace file"));

@@ -1,24 +1,33 @@
 //! `weft import ctf --live URL`: follows an LTTng live session through `lttng-relayd`
-//! ([`weft_weave::live`], the code the agent's `--lttng-live` runs too) and streams its BlkKin
-//! spans and events to the outputs of `weft import ctf DIR`, through the same decoder and the
-//! same weaver, so a session gives the same spans read live or afterwards.
+//! ([`weft_sources::ctf::live`]) and streams its BlkKin spans and events to the outputs of
+//! `weft import ctf DIR`, through the same decoder and the same weaver, so a session gives the
+//! same spans read live or afterwards. It runs on the pipeline runtime like every import: the
+//! live reader is a ticking source (its idle rounds move the weaver's clock), BlkKin's weaver
+//! behind the event tap is the stage.
 //!
 //! Spans are output once no event touched them for `--span-idle-ms` of trace time, measured
 //! against the live merge's watermark (which inactivity beacons move forward while nothing is
 //! traced); everything still open is output when the session ends, on Ctrl-C, or when the
 //! relay daemon goes away (then the import fails after writing what it received).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use weft_model::{Event, SourceId, Span};
-use weft_sources::ctf::{DecodeOptions, LiveOptions, LiveTarget, LiveUrl};
-use weft_weave::live::{FollowOptions, Follower};
-use weft_weave::sink::{SinkHandle, SinkReport};
+use weft_sources::ctf::live::Poll;
+use weft_sources::ctf::{DecodeOptions, LiveOptions, LiveReader, LiveUrl};
+use weft_weave::Run;
+use weft_weave::blkin::{BlkkinOptions, BlkkinStats, BlkkinWeaver};
+use weft_weave::pipeline::{EventSource, SourceProgress, SourceReport, StageError, WeaveStage};
 
-use super::{BATCH, CtfArgs, SPAN_BATCH, finish_events, print_sinks, summary_events, summary_wrote};
+use super::{
+    BATCH, CtfArgs, EventTap, finish_events, print_sinks, run_options, summary_events, summary_wrote,
+    tap_events,
+};
+use crate::cmd::pipeline::watch;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -59,15 +68,108 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
-/// Hands `spans` to every sink (and empties it).
-fn send(sinks: &[SinkHandle], spans: &mut Vec<Span>, written: &mut u64) {
-    if spans.is_empty() {
-        return;
+/// What the source leaves for the summary when it ends: the reader (its statistics and
+/// traces) and whether Ctrl-C ended it.
+#[derive(Default)]
+struct Ended {
+    reader: Option<LiveReader>,
+    stopped: bool,
+}
+
+/// The live session as a ticking pipeline source: each round polls the relay daemon; an idle
+/// round sleeps a little and ends as an empty batch (a tick).
+struct LiveSource {
+    url: PathBuf,
+    reader: LiveReader,
+    /// The reader's merge watermark, for the stage's clock.
+    watermark: Arc<AtomicU64>,
+    ended: Arc<Mutex<Ended>>,
+    stopped: bool,
+}
+
+impl EventSource for LiveSource {
+    fn name(&self) -> &str {
+        "live"
     }
-    *written += spans.len() as u64;
-    let batch = Arc::new(std::mem::take(spans));
-    for s in sinks {
-        s.send(&batch);
+    fn path(&self) -> &Path {
+        &self.url
+    }
+    fn is_stream(&self) -> bool {
+        true
+    }
+    fn ticks(&self) -> bool {
+        true
+    }
+    fn next_batch(&mut self, batch: &mut Vec<Event>, p: &SourceProgress) -> Result<bool, String> {
+        if STOP.load(Ordering::SeqCst) {
+            self.stopped = true;
+            self.reader.detach().map_err(|e| e.to_string())?;
+            return Ok(false);
+        }
+        let polled = self.reader.poll(batch, BATCH).map_err(|e| e.to_string())?;
+        self.watermark.store(self.reader.watermark(), Ordering::Relaxed);
+        p.counters.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        p.counters.bytes.store(self.reader.stats().bytes, Ordering::Relaxed);
+        match polled {
+            Poll::End => Ok(false),
+            Poll::Idle => {
+                std::thread::sleep(IDLE_WAIT);
+                Ok(true)
+            }
+            Poll::Events(_) => Ok(true),
+        }
+    }
+    fn finish(self: Box<Self>, _: &mut SourceReport) {
+        if let Ok(mut e) = self.ended.lock() {
+            e.stopped = self.stopped;
+            e.reader = Some(self.reader);
+        }
+    }
+}
+
+/// BlkKin's weaver behind the event tap, its clock moved by the live merge's watermark; spans
+/// idle for `--span-idle-ms` come out while the session goes on.
+struct LiveStage {
+    weaver: BlkkinWeaver,
+    tap: Arc<Mutex<EventTap>>,
+    watermark: Arc<AtomicU64>,
+    delays: Delays,
+    /// Spans still open when the input ended (output then, however short their silence).
+    open_at_end: usize,
+}
+
+/// The live stage's report: BlkKin's, the spans still open at the end, the output delays.
+struct LiveReport {
+    blkin: BlkkinStats,
+    open_at_end: usize,
+    delays: Delays,
+}
+
+impl WeaveStage for LiveStage {
+    type Item = Event;
+    type Report = LiveReport;
+    fn push(&mut self, events: &[Event], out: &mut Vec<Span>) -> Result<(), StageError> {
+        tap_events(&self.tap, events)?;
+        for e in events {
+            self.weaver.push(e);
+        }
+        self.weaver.advance(self.watermark.load(Ordering::Relaxed));
+        let before = out.len();
+        self.weaver.drain(out);
+        if out.len() > before {
+            let now = now_ns();
+            for s in &out[before..] {
+                self.delays.add(now.saturating_sub(s.end_ns));
+            }
+        }
+        Ok(())
+    }
+    fn finish(&mut self, out: &mut Vec<Span>) -> Result<(), StageError> {
+        self.open_at_end = self.weaver.open_spans();
+        WeaveStage::finish(&mut self.weaver, out)
+    }
+    fn into_report(self) -> LiveReport {
+        LiveReport { blkin: self.weaver.into_report(), open_at_end: self.open_at_end, delays: self.delays }
     }
 }
 
@@ -75,16 +177,11 @@ fn send(sinks: &[SinkHandle], spans: &mut Vec<Span>, written: &mut u64) {
 pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
     let url = LiveUrl::parse(url)?;
     let started = Instant::now();
-    let opts = FollowOptions {
-        live: LiveOptions {
-            decode: DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() },
-            ..LiveOptions::default()
-        },
-        span_idle_ns: args.span_idle_ms.saturating_mul(1_000_000),
-        batch_events: BATCH,
-        ..FollowOptions::default()
+    let opts = LiveOptions {
+        decode: DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() },
+        ..LiveOptions::default()
     };
-    let mut follower = Follower::open(LiveTarget::Session(url.clone()), SourceId(args.out.source_id), opts)
+    let reader = LiveReader::open(&url, SourceId(args.out.source_id), opts)
         .with_context(|| format!("following {url}"))?;
     // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
     unsafe {
@@ -92,63 +189,40 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let out = args.out.open()?;
-    let sinks = out.sinks.into_iter().map(SinkHandle::start).collect::<Result<Vec<_>, _>>()?;
-    let bar = weft_cli::progress::spinner("live");
-    let mut delays = Delays::default();
-    let (mut events, mut spans) = (Vec::<Event>::with_capacity(BATCH), Vec::<Span>::new());
-    let (mut written, mut read_events) = (0u64, 0u64);
-    let mut stopped = false;
-    let read: anyhow::Result<()> = (|| loop {
-        if STOP.load(Ordering::SeqCst) {
-            stopped = true;
-            return Ok(());
-        }
-        events.clear();
-        let before = spans.len();
-        let polled = follower.poll(Some(&mut events), &mut spans);
-        read_events += events.len() as u64;
-        if !events.is_empty() {
-            super::tap_events(&out.tap, &events).map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        if spans.len() > before {
-            let now = now_ns();
-            for s in &spans[before..] {
-                delays.add(now.saturating_sub(s.end_ns));
-            }
-        }
-        let polled = polled?;
-        if polled.events == 0 || spans.len() >= SPAN_BATCH {
-            send(&sinks, &mut spans, &mut written);
-        }
-        let (st, _) = follower.live_stats();
-        bar.set_message(format!(
-            "{read_events} events, {written} spans, {} packets, {}/{} streams open",
-            st.packets,
-            st.streams.saturating_sub(st.streams_ended),
-            st.streams
-        ));
-        if polled.ended {
-            return Ok(());
-        }
-        if polled.events == 0 {
-            std::thread::sleep(IDLE_WAIT);
-        }
-    })();
-    bar.finish_and_clear();
-    // Whatever ended the read, output what was received.
-    let (_, open) = follower.blkin();
-    follower.finish(&mut spans);
-    send(&sinks, &mut spans, &mut written);
-    let mut reports: Vec<SinkReport> = Vec::new();
-    for s in sinks {
-        reports.push(s.finish()?);
-    }
+    let watermark = Arc::new(AtomicU64::new(0));
+    let ended = Arc::new(Mutex::new(Ended::default()));
+    let source = LiveSource {
+        url: PathBuf::from(url.to_string()),
+        reader,
+        watermark: watermark.clone(),
+        ended: ended.clone(),
+        stopped: false,
+    };
+    let stage = LiveStage {
+        weaver: BlkkinWeaver::new(BlkkinOptions {
+            idle_ns: Some(args.span_idle_ms.saturating_mul(1_000_000)),
+            ..BlkkinOptions::default()
+        }),
+        tap: out.tap.clone(),
+        watermark,
+        delays: Delays::default(),
+        open_at_end: 0,
+    };
+    let run = Run::with(vec![Box::new(source)], stage, out.sinks, run_options(2))?;
+    watch(&run);
+    let report = run.wait()?;
+    // Whatever ended the read, what was received is written: the summary, then the error.
     let c = finish_events(&out.tap)?;
     if let Some(s) = &out.store {
         s.close().context("flushing the data directory")?;
     }
-    let (st, dec) = follower.live_stats();
-    let (bstats, _) = follower.blkin();
+    let mut ended = ended.lock().map_err(|_| anyhow::anyhow!("the live source's state is poisoned"))?;
+    let stopped = ended.stopped;
+    let reader = ended.reader.take().context("the live source did not end")?;
+    let LiveReport { blkin: bstats, open_at_end: open, mut delays } = report.weave;
+    let spans = report.spans;
+    let st = reader.stats().clone();
+    let dec = reader.decode_stats();
     let secs = started.elapsed().as_secs_f64().max(1e-9);
     println!(
         "followed {url}{}: {} events, {} stream(s), {} packets ({} bytes) in {secs:.2} s ({:.0} events/s)",
@@ -159,7 +233,7 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
         st.bytes,
         c.events as f64 / secs,
     );
-    for t in follower.traces() {
+    for t in reader.traces() {
         let env = |k: &str| t.meta.env(k).map(|v| v.to_string()).unwrap_or_default();
         println!(
             "  trace: {} {}, host {}, {} event classes ({} metadata version(s))",
@@ -172,7 +246,7 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
     }
     summary_events(&c);
     println!(
-        "  BlkKin: {} events → {written} spans ({open} of them closed at the end){}",
+        "  BlkKin: {} events → {spans} spans ({open} of them closed at the end){}",
         bstats.events,
         if bstats.malformed > 0 {
             format!(", {} malformed events not used", bstats.malformed)
@@ -201,9 +275,11 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
             println!("    {s}");
         }
     }
-    summary_wrote(&args.out, written, &c);
-    print_sinks(&reports);
-    read.with_context(|| format!("following {url} (what was received is written)"))?;
+    summary_wrote(&args.out, spans, &c);
+    print_sinks(&report.sinks);
+    if let Some(e) = report.sources.iter().find_map(|s| s.error.as_ref()) {
+        anyhow::bail!("following {url} (what was received is written): {e}");
+    }
     if dec.errors > 0 && args.out.strict {
         anyhow::bail!("decoding errors");
     }
