@@ -75,6 +75,10 @@ pub struct AgentConfig {
     pub send_timeout: Duration,
     /// gzip batches (less disk and network, more agent CPU).
     pub compress: bool,
+    /// LTTng live targets to follow (`--lttng-live`): every session of a relay daemon, or one.
+    pub lttng_live: Vec<weft_sources::ctf::live::LiveTarget>,
+    /// How the LTTng live sessions are followed (span idle time, backoff, ...).
+    pub lttng_follow: weft_weave::live::FollowOptions,
 }
 
 /// The host name (`gethostname`), or `"localhost"`.
@@ -112,6 +116,15 @@ impl AgentConfig {
             linger: Duration::from_secs(2),
             send_timeout: Duration::from_secs(10),
             compress: true,
+            lttng_live: Vec::new(),
+            lttng_follow: weft_weave::live::FollowOptions {
+                reconnect: true,
+                live: weft_sources::ctf::live::LiveOptions {
+                    timeout: Duration::from_secs(5),
+                    ..weft_sources::ctf::live::LiveOptions::default()
+                },
+                ..weft_weave::live::FollowOptions::default()
+            },
         }
     }
 }
@@ -139,6 +152,8 @@ pub struct Agent {
     metrics_addr: Option<SocketAddr>,
     socket: Option<PathBuf>,
     drain: Option<JoinHandle<()>>,
+    /// The LTTng live followers (joined with the drain loop, before the sender lingers).
+    lttng: Vec<JoinHandle<()>>,
     sender: Option<JoinHandle<()>>,
     others: Vec<JoinHandle<()>>,
 }
@@ -250,11 +265,28 @@ impl Agent {
                 let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e, capture));
             }
         }
+        let lttng = cfg
+            .lttng_live
+            .iter()
+            .enumerate()
+            .map(|(slot, target)| {
+                let lc = crate::lttng::LiveConfig {
+                    target: target.clone(),
+                    follow: cfg.lttng_follow.clone(),
+                    slot,
+                    batch_interval: cfg.batch_interval,
+                    max_batch_spans: cfg.max_batch_spans,
+                    compress: cfg.compress,
+                };
+                let (sp, m, s) = (spool.clone(), metrics.clone(), stop.clone());
+                spawn("weft-agent-lttng", move || crate::lttng::run(lc, sp, m, s))
+            })
+            .collect();
         let drain = {
             let (sp, m, s) = (spool.clone(), metrics.clone(), stop.clone());
             spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m, tap).run(&s))
         };
-        Ok(Agent { stop, metrics, spool, metrics_addr, socket, drain: Some(drain), sender, others })
+        Ok(Agent { stop, metrics, spool, metrics_addr, socket, drain: Some(drain), lttng, sender, others })
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {
@@ -277,6 +309,9 @@ impl Agent {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(d) = self.drain.take() {
             let _ = d.join();
+        }
+        for h in self.lttng.drain(..) {
+            let _ = h.join();
         }
         if let Some(s) = self.sender.take() {
             let _ = s.join();

@@ -77,6 +77,18 @@ pub struct Args {
     /// At exit, how long to keep sending what is spooled.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub linger: Duration,
+    /// Follow LTTng live sessions of lttng-relayd and ship their BlkKin spans (repeatable):
+    /// net://HOST[:PORT] follows every session of that relay daemon (sessions created later
+    /// too), net://HOST[:PORT]/host/HOSTNAME/SESSION one. Port 5344 by default.
+    #[arg(long, value_name = "URL")]
+    pub lttng_live: Vec<String>,
+    /// LTTng live: a span is shipped once no event touched it for this long (trace time).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub lttng_span_idle: Duration,
+    /// LTTng live: the longest wait between re-attaches to a relay daemon that went away
+    /// (the wait starts at 200 ms and doubles).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lttng_backoff_max: Duration,
 }
 
 /// The default spool directory.
@@ -166,6 +178,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cfg.linger = args.linger;
     cfg.compress = !args.no_compress;
     cfg.assembler.raw_times = args.raw_times;
+    for u in &args.lttng_live {
+        cfg.lttng_live.push(
+            weft_sources::ctf::live::LiveTarget::parse(u).with_context(|| format!("--lttng-live {u}"))?,
+        );
+    }
+    cfg.lttng_follow.span_idle_ns = args.lttng_span_idle.as_nanos().min(u64::MAX as u128) as u64;
+    cfg.lttng_follow.backoff_max = args.lttng_backoff_max.max(cfg.lttng_follow.backoff_min);
+    let lttng = cfg.lttng_live.clone();
     let collector = cfg.collector.clone();
     let control = match (&cfg.control_url, cfg.control_token.is_some()) {
         (Some(u), true) => format!("control API {u}"),
@@ -201,6 +221,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(c) => println!("  collector  {c}  (OTLP/HTTP; {control})"),
         None => println!("  collector  off: batches stay in the spool"),
     }
+    for t in &lttng {
+        println!("  lttng      {t}  (LTTng live: BlkKin spans)");
+    }
     if let Some(a) = agent.metrics_addr() {
         println!("  metrics    http://{a}/metrics");
     }
@@ -210,8 +233,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     loop {
         let s = m.spool();
         bar.set_message(format!(
-            "{} processes, {} spans built, {} sent, spool {} ({} pending){}",
+            "{} processes,{} {} spans built, {} sent, spool {} ({} pending){}",
             m.processes().len(),
+            lttng_line(&m),
             m.spans_built.load(Ordering::Relaxed),
             m.spans_sent.load(Ordering::Relaxed),
             fmt_bytes(s.bytes),
@@ -232,6 +256,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     agent.join();
     let s = m.spool();
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    for s in m.lttng() {
+        println!(
+            "lttng {}: {}, {} events, {} spans, {} events discarded by the tracer, {} re-attaches",
+            s.url, s.state, s.events, s.spans, s.discarded_events, s.reconnects
+        );
+    }
     println!(
         "stopped: {} records read, {} spans built ({} incomplete), {} sent in {} batches, {} refused; spool: {} batches pending, {} dropped ({} spans) by the {} bound; {} segments drained and removed",
         g(&m.records),
@@ -247,4 +277,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         g(&m.segments_removed),
     );
     Ok(())
+}
+
+/// The progress line's LTTng part: sessions followed and their spans (empty without any).
+fn lttng_line(m: &crate::metrics::Metrics) -> String {
+    let l = m.lttng();
+    if l.is_empty() {
+        return String::new();
+    }
+    let following = l.iter().filter(|s| s.state == "following").count();
+    let spans: u64 = l.iter().map(|s| s.spans).sum();
+    format!(" {following}/{} LTTng sessions ({spans} spans),", l.len())
 }

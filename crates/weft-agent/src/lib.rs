@@ -2,14 +2,18 @@
 //!
 //! The per-node agent: finds the instrumented processes on the machine (their weft-probe
 //! shared-memory segments in `/dev/shm/weft-<uid>/`), drains their rings, turns the records into
-//! spans (with `weft_weave::probe`, where the mapping table is), and ships them to the
-//! collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
+//! spans (with `weft_weave::probe`, where the mapping table is), follows the local
+//! `lttng-relayd`'s live sessions into BlkKin spans when told to (`--lttng-live`), and ships
+//! the spans to the collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
 //! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
 //! local socket or from the collector's control API — and runs EXIST's bounded captures of a
 //! service's function calls on the collector's request.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
 //!   restarts, commits).
+//! * [`lttng`]: `--lttng-live`, the local `lttng-relayd`'s live sessions (every session or
+//!   one) followed, their BlkKin events woven into spans (`weft_weave::live`) and spooled like
+//!   the rings' spans; re-attached after a relay daemon restart without spooling a span twice.
 //! * [`spool`]: the store-and-forward spool (bounded; drops are explicit and counted).
 //! * [`ship`]: the sender (OTLP/HTTP protobuf to the collector's existing receiver, through
 //!   `weft_weave::export`'s client and retry policy).
@@ -39,6 +43,7 @@ pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod control;
+pub mod lttng;
 pub mod metrics;
 pub mod ship;
 pub mod spool;

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::spool::SpoolStats;
-use weft_control::proto::{AgentReport, PipelineReport, ProcessReport};
+use weft_control::proto::{AgentReport, LttngSessionReport, PipelineReport, ProcessReport};
+use weft_weave::live::LiveCounts;
 
 /// Counters (monotonic unless noted).
 #[derive(Debug, Default)]
@@ -47,8 +48,12 @@ pub struct Metrics {
     pub report_errors: AtomicU64,
     /// Gauge: open spans over all processes.
     pub open_spans: AtomicU64,
+    /// LTTng live spans dropped while the spool refused appends.
+    pub lttng_spans_dropped: AtomicU64,
     processes: Mutex<Vec<ProcessReport>>,
     spool: Mutex<SpoolStats>,
+    /// Per `--lttng-live` target (by its index), its sessions and its counters.
+    lttng: Mutex<Vec<(Vec<LttngSessionReport>, LiveCounts)>>,
 }
 
 fn esc(s: &str) -> String {
@@ -67,6 +72,31 @@ impl Metrics {
 
     pub fn set_spool(&self, s: SpoolStats) {
         *self.spool.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+
+    /// Replace the sessions of `--lttng-live` target `slot` (its follower thread).
+    pub fn set_lttng(&self, slot: usize, sessions: Vec<LttngSessionReport>, totals: LiveCounts) {
+        let mut l = self.lttng.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() <= slot {
+            l.resize(slot + 1, Default::default());
+        }
+        l[slot] = (sessions, totals);
+    }
+
+    /// Every followed LTTng live session.
+    pub fn lttng(&self) -> Vec<LttngSessionReport> {
+        let l = self.lttng.lock().unwrap_or_else(|e| e.into_inner());
+        l.iter().flat_map(|(s, _)| s.iter().cloned()).collect()
+    }
+
+    /// The LTTng live counters over every target and session.
+    pub fn lttng_totals(&self) -> LiveCounts {
+        let l = self.lttng.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = LiveCounts::default();
+        for (_, x) in l.iter() {
+            t.add(x);
+        }
+        t
     }
 
     pub fn spool(&self) -> SpoolStats {
@@ -94,6 +124,7 @@ impl Metrics {
                 spans_rejected: g(&self.spans_rejected) + g(&self.spans_refused),
                 send_errors: g(&self.send_errors),
             },
+            lttng: self.lttng(),
         }
     }
 
@@ -276,6 +307,42 @@ impl Metrics {
             "counter",
             s.corrupt_records,
         );
+        let lttng = self.lttng();
+        let totals = self.lttng_totals();
+        type LGet = fn(&LiveCounts) -> u64;
+        let per_session: [(&str, &str, LGet); 6] = [
+            ("weft_agent_lttng_events_total", "Events read from the LTTng live sessions.", |s| s.events),
+            ("weft_agent_lttng_spans_total", "Spans woven from the LTTng live sessions.", |s| s.spans),
+            (
+                "weft_agent_lttng_discarded_events_total",
+                "Events the LTTng tracer discarded (its buffers were full).",
+                |s| s.discarded_events,
+            ),
+            ("weft_agent_lttng_lost_packets_total", "LTTng packets missing.", |s| s.lost_packets),
+            (
+                "weft_agent_lttng_replayed_events_total",
+                "Events read again after a re-attach and skipped.",
+                |s| s.replayed_events,
+            ),
+            ("weft_agent_lttng_reconnects_total", "Re-attaches to LTTng live sessions.", |s| s.reconnects),
+        ];
+        for (name, help, get) in per_session {
+            c(name, help, "counter", get(&totals));
+        }
+        c(
+            "weft_agent_lttng_spans_dropped_total",
+            "LTTng live spans dropped while the spool refused appends.",
+            "counter",
+            g(&self.lttng_spans_dropped),
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_agent_lttng_sessions LTTng live sessions followed, by state.\n# TYPE weft_agent_lttng_sessions gauge"
+        );
+        for state in ["following", "reconnecting", "ended"] {
+            let n = lttng.iter().filter(|s| s.state == state).count();
+            let _ = writeln!(o, "weft_agent_lttng_sessions{{state=\"{state}\"}} {n}");
+        }
         let procs = self.processes();
         type Get = fn(&ProcessReport) -> String;
         let per: [(&str, &str, &str, Get); 9] = [

@@ -429,6 +429,36 @@ pub struct PipelineReport {
     pub send_errors: u64,
 }
 
+/// An LTTng live session the agent follows (`weft agent --lttng-live`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LttngSessionReport {
+    /// `net://RELAY:PORT/host/HOSTNAME/SESSION`.
+    pub url: String,
+    /// The traced host.
+    pub host: String,
+    /// The session's name.
+    pub session: String,
+    /// `following`, `reconnecting` or `ended`.
+    pub state: String,
+    /// Events read (each once, re-attaches included).
+    pub events: u64,
+    /// Spans woven and spooled.
+    pub spans: u64,
+    /// Events the tracer discarded (its buffers were full), from the packets' counts.
+    pub discarded_events: u64,
+    /// Packets missing (gaps in their sequence numbers).
+    pub lost_packets: u64,
+    /// Events read again after a re-attach and skipped (read before).
+    pub replayed_events: u64,
+    /// Re-attaches that succeeded.
+    pub reconnects: u64,
+    /// Decoding errors.
+    pub decode_errors: u64,
+    /// The last error while reconnecting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
 /// Agent → collector, every few seconds.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AgentReport {
@@ -438,6 +468,9 @@ pub struct AgentReport {
     pub unix_ns: u64,
     pub processes: Vec<ProcessReport>,
     pub pipeline: PipelineReport,
+    /// The LTTng live sessions followed (`--lttng-live`); absent from older agents.
+    #[serde(default)]
+    pub lttng: Vec<LttngSessionReport>,
 }
 
 #[cfg(test)]

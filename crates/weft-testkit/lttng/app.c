@@ -1,11 +1,14 @@
 /*
  * weft's LTTng test program.
  *
- *   app ALL SMALL BLKIN
+ *   app ALL SMALL BLKIN [SALT [HOLD]]
  *
  * ALL: `weft_test:all_types` events (every field type, values varying with the index);
  * SMALL: `weft_test:small` events; BLKIN: 1 to emit the BlkKin scenario below (twice the
- * number of times given). Prints nothing; exits 0.
+ * number of times given); SALT: XORed into the scenario's trace ids (0 by default), so
+ * several runs give distinct traces; HOLD: a file to wait for (at most 10 minutes) before
+ * exiting, so the program still runs while a viewer reads what it emitted. Prints nothing;
+ * exits 0.
  *
  * BlkKin scenario (trace 0x1234567890abcdef): client `rbd` (10.0.0.1:6800) sends `osd_op`
  * span 0x11 (cs, key/value object=rbd_data.1, cr); server `osd.0` (10.0.0.2:6801) logs the
@@ -19,6 +22,7 @@
 #include "blkin_tp.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 #include <time.h>
 
 static void pause_us(long us) {
@@ -26,8 +30,8 @@ static void pause_us(long us) {
 	nanosleep(&ts, NULL);
 }
 
-static void blkin(void) {
-	const long t = 0x1234567890abcdefL, s = 0x11, child = 0x22;
+static void blkin(long salt) {
+	const long t = 0x1234567890abcdefL ^ salt, s = 0x11, child = 0x22;
 	lttng_ust_tracepoint(zipkin, timestamp, "osd_op", "rbd", 6800, "10.0.0.1", t, s, 0, "cs");
 	lttng_ust_tracepoint(zipkin, keyval_string, "osd_op", "rbd", 6800, "10.0.0.1", t, s, 0, "object", "rbd_data.1");
 	pause_us(200);
@@ -43,7 +47,7 @@ static void blkin(void) {
 	pause_us(200);
 	lttng_ust_tracepoint(zipkin, timestamp, "osd_op", "rbd", 6800, "10.0.0.1", t, s, 0, "cr");
 
-	const long neg = (long)0xfedcba9876543210UL;
+	const long neg = (long)0xfedcba9876543210UL ^ salt;
 	lttng_ust_tracepoint(zipkin, timestamp, "scrub", "osd.1", 0, "", neg, -5, 0, "start");
 	pause_us(50);
 	lttng_ust_tracepoint(zipkin, timestamp, "scrub", "osd.1", 0, "", neg, -5, 0, "end");
@@ -53,6 +57,8 @@ int main(int argc, char **argv) {
 	long all = argc > 1 ? atol(argv[1]) : 10;
 	long small = argc > 2 ? atol(argv[2]) : 0;
 	int with_blkin = argc > 3 ? atoi(argv[3]) : 0;
+	long salt = argc > 4 ? atol(argv[4]) : 0;
+	const char *hold = argc > 5 ? argv[5] : NULL;
 	static const char *strings[] = { "hello", "", "a\"quoted\\string", "tab\there", "caf\xc3\xa9" };
 	int32_t arr[3];
 	uint16_t arrx[2] = { 0xbeef, 0x0102 };
@@ -76,6 +82,8 @@ int main(int argc, char **argv) {
 	for (long i = 0; i < small; i++)
 		lttng_ust_tracepoint(weft_test, small, (int)i);
 	for (int k = 0; k < with_blkin; k++)
-		blkin();
+		blkin(salt);
+	for (int i = 0; hold && i < 60000 && access(hold, F_OK) != 0; i++)
+		pause_us(10000);
 	return 0;
 }

@@ -281,16 +281,62 @@ impl LiveSessions {
         self.wait_for("relayd-killed");
     }
 
-    /// The relay daemon's copy of session `i` (its output directory), once destroyed.
-    pub fn trace_dir(&self, i: usize) -> PathBuf {
+    /// Starts the relay daemon again, on the same ports and output directory, after
+    /// [`LiveSessions::kill_relay_daemon`], and creates the sessions anew under the same names
+    /// (lttng-tools 2.13 does not stream an existing session to a new relay daemon: the old
+    /// ones are destroyed).
+    pub fn restart_relay_daemon(&mut self) {
+        std::fs::write(self.dir.join("start-relayd"), "").expect("write start-relayd");
+        self.wait_for("relayd-started");
+    }
+
+    /// Runs the test program's burst `n` (1 to 3): the configured events, its BlkKin trace ids
+    /// XORed with `n`; the program then keeps running until [`LiveSessions::release_app`].
+    /// Returns once it started.
+    pub fn start_app(&mut self, n: u32) {
+        assert!((1..=3).contains(&n), "bursts 1 to 3");
+        std::fs::write(self.dir.join(format!("burst-{n}")), "").expect("write burst");
+        self.wait_for(&format!("burst-{n}-started"));
+    }
+
+    /// Lets burst `n`'s program exit.
+    pub fn release_app(&mut self, n: u32) {
+        std::fs::write(self.dir.join(format!("release-{n}")), "").expect("write release");
+    }
+
+    /// Whether burst `n`'s program still runs.
+    pub fn app_running(&self, n: u32) -> bool {
+        !self.dir.join(format!("burst-{n}-exited")).exists()
+    }
+
+    /// Stops and destroys the sessions (without running the program); returns when they are
+    /// destroyed.
+    pub fn destroy(&mut self) {
+        std::fs::write(self.dir.join("destroy"), "").expect("write destroy");
+        self.wait_for("destroyed");
+    }
+
+    /// Every output directory of session `i` on the relay daemon (one per relay daemon that
+    /// had the session), oldest first.
+    pub fn trace_dirs(&self, i: usize) -> Vec<PathBuf> {
         let host = self.relay_output.join(&self.hostname);
         let prefix = format!("{}-", self.sessions[i]);
-        std::fs::read_dir(&host)
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&host)
             .unwrap_or_else(|e| panic!("{}: {e}\n{}", host.display(), self.log()))
             .filter_map(|e| e.ok())
             .map(|e| e.path())
-            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
-            .unwrap_or_else(|| panic!("no output of {} under {}", self.sessions[i], host.display()))
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The relay daemon's copy of session `i` (its output directory), once destroyed.
+    pub fn trace_dir(&self, i: usize) -> PathBuf {
+        let dirs = self.trace_dirs(i);
+        dirs.into_iter().next().unwrap_or_else(|| {
+            panic!("no output of {} under {}", self.sessions[i], self.relay_output.display())
+        })
     }
 }
 
@@ -315,7 +361,7 @@ impl Drop for LiveSessions {
 fn live_script(w: &Path, ports: &[u16; 3], sessions: &[String], o: &RecordOptions) -> String {
     let preamble = preamble(w);
     let [c, d, l] = ports;
-    let mut per_session = String::new();
+    let mut per_session = String::from("make_sessions() {\n");
     for s in sessions {
         let ctx = if o.contexts {
             format!("lttng add-context -s {s} -u -c ch -t vtid -t vpid -t procname")
@@ -337,11 +383,15 @@ lttng start {s}
             nsub = o.num_subbuf,
         );
     }
+    per_session += "}\n";
     // Destroyed together: lttng-tools 2.13's `lttng destroy` of one live session waits while
     // another session of the same relay daemon lives.
     let mut stop: String =
         sessions.iter().map(|s| format!("lttng destroy {s} &\nd=\"${{d:-}} $!\"\n")).collect();
-    stop += "wait $d\n";
+    // After a relay daemon restart, lttng-tools 2.13's `lttng destroy` of a session that
+    // streamed to the old one destroys it but fails ("Rotation failure on consumer", SIGPIPE).
+    let forget: String = stop.clone() + "wait $d || true\nd=\n";
+    stop += "wait $d\nd=\n";
     format!(
         r#"{preamble}
 stop_pid() {{
@@ -349,20 +399,42 @@ stop_pid() {{
   i=0
   while kill -0 "$1" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
 }}
+apps=
 cleanup() {{
+  for n in 1 2 3; do touch "$W/release-$n"; done
+  for p in $apps; do stop_pid "$p"; done
   [ -f "$W/sessiond.pid" ] && stop_pid "$(cat "$W/sessiond.pid")"
   [ -n "${{relayd:-}}" ] && stop_pid "$relayd"
 }}
 trap cleanup EXIT
-lttng-sessiond --daemonize --no-kernel --pidfile="$W/sessiond.pid"
-lttng-relayd -C tcp://127.0.0.1:{c} -D tcp://127.0.0.1:{d} -L tcp://127.0.0.1:{l} -o "$W/relay" >"$W/relayd.log" 2>&1 &
-relayd=$!
-{per_session}touch "$W/ready"
+start_relayd() {{
+  lttng-relayd -C tcp://127.0.0.1:{c} -D tcp://127.0.0.1:{d} -L tcp://127.0.0.1:{l} -o "$W/relay" >>"$W/relayd.log" 2>&1 &
+  relayd=$!
+}}
+{per_session}lttng-sessiond --daemonize --no-kernel --pidfile="$W/sessiond.pid"
+start_relayd
+make_sessions
+touch "$W/ready"
 i=0
 while [ ! -f "$W/go" ] && [ ! -f "$W/done" ]; do
-  i=$((i+1)); [ $i -lt 2400 ] || exit 1; sleep 0.05
+  i=$((i+1)); [ $i -lt 12000 ] || exit 1; sleep 0.05
   if [ -f "$W/kill-relayd" ] && [ ! -f "$W/relayd-killed" ]; then
     stop_pid "$relayd"; relayd=; touch "$W/relayd-killed"
+  fi
+  if [ -f "$W/start-relayd" ] && [ ! -f "$W/relayd-started" ]; then
+    start_relayd
+    {forget}make_sessions
+    touch "$W/relayd-started"
+  fi
+  for n in 1 2 3; do
+    if [ -f "$W/burst-$n" ] && [ ! -f "$W/burst-$n-started" ]; then
+      ( "$W/app" {all} {small} {blkin} $n "$W/release-$n"; touch "$W/burst-$n-exited" ) &
+      apps="$apps $!"
+      touch "$W/burst-$n-started"
+    fi
+  done
+  if [ -f "$W/destroy" ] && [ ! -f "$W/destroyed" ]; then
+    {stop}touch "$W/destroyed"
   fi
 done
 [ -f "$W/done" ] && exit 0

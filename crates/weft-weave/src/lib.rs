@@ -34,6 +34,9 @@
 //!   durations and links) used by golden tests and `weft weave --tree`.
 //! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans;
 //!   the weaver is `weft import ctf`'s stage.
+//! * [`live`]: LTTng live sessions (one, or every session of an `lttng-relayd`) followed
+//!   into BlkKin spans, re-attaching without weaving an event twice (the agent's
+//!   `--lttng-live`).
 //! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans;
 //!   [`kernel::KernelStage`] keeps the whole capture (bounded) and weaves at its end;
 //!   [`kernel::nest_calls`] places function-call spans (EXIST's captures) inside the request
@@ -141,6 +144,7 @@ pub mod assemble;
 pub mod blkin;
 pub mod export;
 pub mod kernel;
+pub mod live;
 pub mod merge;
 pub mod pipeline;
 pub mod probe;

@@ -1,5 +1,6 @@
 //! The `weft-agent` binary: its options reach the agent (name, spool bound, metrics listener),
-//! it answers on its control socket, and SIGTERM stops it cleanly with its summary.
+//! it answers on its control socket, and SIGTERM stops it cleanly with its summary; a bad
+//! `--lttng-live` URL is refused before anything starts.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -55,4 +56,21 @@ fn binary_runs_answers_and_stops_on_sigterm() {
     assert!(status.success(), "{status}: {rest}");
     assert!(rest.contains("stopped: 0 records read"), "{rest}");
     assert!(!weft_agent::control::socket_path(&probes).exists(), "the socket is removed at exit");
+}
+
+#[test]
+fn a_bad_lttng_live_url_is_refused_naming_the_option() {
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weft-agent"))
+        .args(["--quiet", "--collector", "off", "--metrics", "off", "--no-socket"])
+        .args(["--lttng-live", "net://127.0.0.1:5344", "--lttng-live", "http://relay/host/h/s"])
+        .arg("--probe-dir")
+        .arg(d.path().join("probes"))
+        .arg("--spool-dir")
+        .arg(d.path().join("spool"))
+        .output()
+        .expect("run weft-agent");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("--lttng-live http://relay/host/h/s") && err.contains("not a net:// URL"), "{err}");
 }

@@ -33,7 +33,11 @@
 //!
 //! Errors ([`LiveError`]) name the relay daemon's address, the command and the state it
 //! answered. A relay daemon that goes away mid-read is an error (the caller keeps what it
-//! received); a destroyed session ends the read normally once every stream hung up.
+//! received); a destroyed session ends the read normally once every stream hung up. A caller
+//! that re-attaches (the relay daemon forgets its viewers when it restarts, and a new viewer
+//! reads a session from its beginning) opens the new reader at the old one's [`Positions`]
+//! ([`LiveReader::open_at`]), so no event is released twice. [`LiveTarget`] names what a
+//! caller follows: one session, or every session of a relay daemon ([`Viewer::list_sessions`]).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -223,6 +227,57 @@ impl LiveUrl {
 impl std::fmt::Display for LiveUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "net://{}/host/{}/{}", self.addr(), self.host, self.session)
+    }
+}
+
+/// What to follow: every session of a relay daemon (`net://HOST[:PORT]`), or one session
+/// (`net://HOST[:PORT]/host/HOSTNAME/SESSION`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveTarget {
+    /// Every session of the relay daemon at `relay:port`, including sessions created later.
+    Relay {
+        /// The relay daemon's host.
+        relay: String,
+        /// Its live port.
+        port: u16,
+    },
+    /// One session.
+    Session(LiveUrl),
+}
+
+impl LiveTarget {
+    /// Parses `net://HOST[:PORT]` or `net://HOST[:PORT]/host/HOSTNAME/SESSION`.
+    pub fn parse(url: &str) -> Result<LiveTarget, LiveError> {
+        let bare = url.trim_end_matches('/');
+        let rest = ["net://", "net4://", "tcp://"].iter().find_map(|p| bare.strip_prefix(p));
+        match rest {
+            Some(r) if !r.is_empty() && !r.contains('/') => {
+                let u = LiveUrl::parse(&format!("{bare}/host/-/-")).map_err(|e| match e {
+                    LiveError::Url { msg, .. } => LiveError::Url { url: url.to_owned(), msg },
+                    e => e,
+                })?;
+                Ok(LiveTarget::Relay { relay: u.relay, port: u.port })
+            }
+            _ => LiveUrl::parse(url).map(LiveTarget::Session),
+        }
+    }
+
+    /// The relay daemon's host and live port.
+    pub fn relay(&self) -> (&str, u16) {
+        match self {
+            LiveTarget::Relay { relay, port } => (relay, *port),
+            LiveTarget::Session(u) => (&u.relay, u.port),
+        }
+    }
+}
+
+impl std::fmt::Display for LiveTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LiveTarget::Relay { relay, port } if relay.contains(':') => write!(f, "net://[{relay}]:{port}"),
+            LiveTarget::Relay { relay, port } => write!(f, "net://{relay}:{port}"),
+            LiveTarget::Session(u) => u.fmt(f),
+        }
     }
 }
 
@@ -702,6 +757,38 @@ pub struct LiveStats {
     pub beacons: u64,
     /// Events the tracer discarded (the indexes' cumulative counts, summed over streams).
     pub discarded_events: u64,
+    /// Events not released again because the [`Positions`] the reader was opened at cover
+    /// them (a re-attached session is read from its beginning).
+    pub replayed_events: u64,
+}
+
+/// Where a read got to, per stream: the time (ns) of the last event released and how many
+/// events at that time were released. Streams are named by their path and channel on the
+/// relay daemon (`HOST/SESSION-DATE/ust/uid/0/64-bit/CHANNEL_CPU`), which a re-attach to the
+/// same session gives again; a new session (even of the same name) has other paths.
+///
+/// A reader opened at positions ([`LiveReader::open_at`]) does not release what they cover:
+/// in each stream, the events before the time, and the first `count` events at the time.
+/// The relay daemon serves a stream's packets in the same order every time, so an event is
+/// released once per stream, however often the session is re-attached.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Positions(HashMap<String, (u64, u64)>);
+
+impl Positions {
+    /// Streams with a position.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No position.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Stream `key`'s position: (time ns, events released at that time).
+    pub fn get(&self, key: &str) -> Option<(u64, u64)> {
+        self.0.get(key).copied()
+    }
 }
 
 /// What [`LiveReader::poll`] did.
@@ -742,6 +829,12 @@ struct Stream {
     /// No event of this stream comes before this time (ns).
     lower: u64,
     discarded: u64,
+    /// Its name in [`Positions`].
+    key: String,
+    /// Released already (by an earlier reader): not again (see [`Positions`]).
+    skip: Option<(u64, u64)>,
+    /// The last event released: (time, events released at that time).
+    pos: (u64, u64),
 }
 
 /// Follows one live session: its events, merged in time order (see the module docs).
@@ -759,11 +852,23 @@ pub struct LiveReader {
     watermark: u64,
     packet: Vec<u8>,
     stats: LiveStats,
+    resume: Positions,
 }
 
 impl LiveReader {
     /// Connects, creates a viewer session, finds `url`'s session and attaches to it.
     pub fn open(url: &LiveUrl, source: SourceId, opts: LiveOptions) -> Result<LiveReader, LiveError> {
+        LiveReader::open_at(url, source, opts, Positions::default())
+    }
+
+    /// [`LiveReader::open`], releasing nothing `resume` covers (what an earlier reader of the
+    /// session released: see [`Positions`]).
+    pub fn open_at(
+        url: &LiveUrl,
+        source: SourceId,
+        opts: LiveOptions,
+        resume: Positions,
+    ) -> Result<LiveReader, LiveError> {
         let mut viewer = Viewer::connect(&url.relay, url.port, opts.timeout)?;
         viewer.create_session()?;
         let sessions = viewer.list_sessions()?;
@@ -799,6 +904,7 @@ impl LiveReader {
             watermark: 0,
             packet: Vec::new(),
             stats: LiveStats::default(),
+            resume,
         };
         r.add_streams(streams)?;
         Ok(r)
@@ -807,6 +913,11 @@ impl LiveReader {
     /// The session's URL.
     pub fn url(&self) -> &LiveUrl {
         &self.url
+    }
+
+    /// The relay daemon's id of the session.
+    pub fn session_id(&self) -> u64 {
+        self.session
     }
 
     /// Counters so far.
@@ -833,6 +944,16 @@ impl LiveReader {
     /// The metadata of the session's traces parsed so far.
     pub fn traces(&self) -> impl Iterator<Item = &Arc<Compiled>> {
         self.traces.values().filter_map(|t| t.compiled.as_ref())
+    }
+
+    /// Where the read got to (with the positions it was opened at): open the next reader of
+    /// the session there.
+    pub fn positions(&self) -> Positions {
+        let mut p = self.resume.clone();
+        for s in self.streams.iter().filter(|s| s.pos.1 > 0) {
+            p.0.insert(s.key.clone(), s.pos);
+        }
+        p
     }
 
     /// Data streams not fully read yet.
@@ -863,6 +984,8 @@ impl LiveReader {
             self.stats.streams += 1;
             let name = format!("{}/{}/{}", self.url, s.path, s.id);
             let dec = t.compiled.clone().map(|c| StreamDecoder::live(c, &name, self.opts.decode.clone()));
+            let key = format!("{}/{}", s.path, s.channel);
+            let skip = self.resume.get(&key);
             self.streams.push(Stream {
                 id: s.id,
                 trace: s.trace_id,
@@ -871,6 +994,9 @@ impl LiveReader {
                 state: State::Wait,
                 lower: self.watermark,
                 discarded: 0,
+                pos: skip.unwrap_or((0, 0)),
+                key,
+                skip,
             });
         }
         Ok(())
@@ -1116,8 +1242,23 @@ impl LiveReader {
             }
             let s = &mut self.streams[i];
             let Some(d) = s.dec.as_mut() else { return Ok(n) };
-            out.push(d.event().to_event(self.source));
-            n += 1;
+            let seen = match s.skip {
+                Some((at, k)) if t < at || (t == at && k > 0) => {
+                    s.skip = Some((at, if t == at { k - 1 } else { k }));
+                    true
+                }
+                _ => {
+                    s.skip = None;
+                    false
+                }
+            };
+            if seen {
+                self.stats.replayed_events += 1;
+            } else {
+                out.push(d.event().to_event(self.source));
+                n += 1;
+                s.pos = if s.pos.0 == t && s.pos.1 > 0 { (t, s.pos.1 + 1) } else { (t, 1) };
+            }
             if !d.next_event()? {
                 s.state = State::Wait;
                 s.lower = s.lower.max(t);
@@ -1157,6 +1298,22 @@ mod tests {
         ] {
             let e = LiveUrl::parse(bad).unwrap_err().to_string();
             assert!(e.contains("net://HOST[:PORT]/host/HOSTNAME/SESSION"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn targets() {
+        let t = LiveTarget::parse("net://127.0.0.1:15344").unwrap();
+        assert_eq!(t, LiveTarget::Relay { relay: "127.0.0.1".into(), port: 15344 });
+        assert_eq!(t.to_string(), "net://127.0.0.1:15344");
+        let t = LiveTarget::parse("net://relay/").unwrap();
+        assert_eq!((t.relay(), t.to_string()), (("relay", DEFAULT_PORT), "net://relay:5344".to_string()));
+        assert_eq!(LiveTarget::parse("net://[::1]:9").unwrap().to_string(), "net://[::1]:9");
+        let t = LiveTarget::parse("net://h:1/host/vm/s1").unwrap();
+        assert!(matches!(&t, LiveTarget::Session(u) if u.session == "s1"), "{t:?}");
+        for bad in ["net://", "net://h:x", "http://h", "net://h/host/x"] {
+            let e = LiveTarget::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with(bad), "{bad}: {e}");
         }
     }
 

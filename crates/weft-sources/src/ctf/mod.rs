@@ -60,7 +60,7 @@ mod tsdl;
 pub use compile::{Compiled, EventClass, Scope, StreamClass};
 pub use decode::{DecodeOptions, StreamDecoder, StreamStats, Val};
 pub use error::CtfError;
-pub use live::{LiveError, LiveOptions, LiveReader, LiveStats, LiveUrl};
+pub use live::{LiveError, LiveOptions, LiveReader, LiveStats, LiveTarget, LiveUrl, Positions};
 pub use meta::Metadata;
 pub use record::EventRecord;
 pub use trace::{CtfReader, CtfTrace, Merged, find_traces, open_traces};

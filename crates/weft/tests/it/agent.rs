@@ -5,7 +5,10 @@
 //!   (refused without the token), and the new spans in the stored traces with correct parents
 //!   across the four processes;
 //! * store-and-forward across a collector outage, within the spool bound;
-//! * an agent killed (SIGKILL) and restarted loses and duplicates nothing.
+//! * an agent killed (SIGKILL) and restarted loses and duplicates nothing;
+//! * `--lttng-live`: a real `lttng-relayd` and LTTng-UST test program (weft-testkit), the
+//!   BlkKin spans in the collector while the program runs, equal to `weft import ctf` of the
+//!   relay daemon's copy; a cut viewer connection and a relay daemon restart, no span twice.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -18,6 +21,7 @@ use std::time::{Duration, Instant};
 use archipelago::client::Client;
 use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
+use weft_testkit::lttng::{LiveSessions, RecordOptions};
 
 pub(crate) const TOKEN: &str = "s3cret-token";
 pub(crate) const WEFT: &str = env!("CARGO_BIN_EXE_weft");
@@ -606,4 +610,253 @@ fn a_killed_agent_restarts_without_losing_spans_and_repeats_at_most_one_flush() 
         ids.len(),
         &missing[..missing.len().min(5)]
     );
+}
+
+/// A TCP relay in front of the relay daemon's live port whose connections the test can cut
+/// (the relay daemon stays up: a viewer connection lost on the way).
+struct Cutter {
+    port: u16,
+    conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Cutter {
+    fn start(upstream: u16) -> Cutter {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let conns: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>> = Arc::default();
+        let c2 = conns.clone();
+        std::thread::spawn(move || {
+            for down in l.incoming() {
+                let Ok(down) = down else { continue };
+                let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let pipe = |mut from: std::net::TcpStream, mut to: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                if let (Ok(d2), Ok(u2), Ok(d3)) = (down.try_clone(), up.try_clone(), down.try_clone()) {
+                    c2.lock().unwrap().push(d3);
+                    pipe(down, up);
+                    pipe(u2, d2);
+                }
+            }
+        });
+        Cutter { port, conns }
+    }
+
+    /// Closes every connection so far.
+    fn cut(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The Zipkin v2 spans of the BlkKin scenario's two traces of burst `salt` (their ids are
+/// XORed with it, see weft-testkit's `lttng/app.c`).
+fn blkin_spans(collector: &Collector, salt: u64) -> Vec<Value> {
+    let mut v = Vec::new();
+    for t in [0x1234567890abcdefu64, 0xfedcba9876543210] {
+        v.extend(collector.trace(&format!("{:016x}", t ^ salt)));
+    }
+    sorted(v)
+}
+
+fn sorted(mut v: Vec<Value>) -> Vec<Value> {
+    v.sort_by_key(|x| (x["traceId"].to_string(), x["id"].to_string(), x["kind"].to_string()));
+    v
+}
+
+/// Spans without their annotations, and the annotations per (trace, span id): the collector's
+/// Zipkin API gives a shared span id's annotations (client and server halves) on one of them.
+fn by_span_id(spans: Vec<Value>) -> (Vec<Value>, Vec<(String, Vec<String>)>) {
+    let mut ann: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut rest = Vec::new();
+    for mut s in spans {
+        let key = format!("{}/{}", s["traceId"], s["id"]);
+        let a = ann.entry(key).or_default();
+        if let Some(list) = s.as_object_mut().and_then(|o| o.remove("annotations")) {
+            a.extend(list.as_array().into_iter().flatten().map(|x| x.to_string()));
+        }
+        rest.push(s);
+    }
+    for v in ann.values_mut() {
+        v.sort();
+    }
+    (sorted(rest), ann.into_iter().collect())
+}
+
+fn agents(collector: &Collector) -> Value {
+    let mut r = http()
+        .get(&format!("{}/api/control/agents", collector.query()))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .expect("GET agents");
+    serde_json::from_str(&r.body_mut().read_to_string().unwrap_or_default()).unwrap_or_default()
+}
+
+/// The LTTng sessions the agent reported to the collector.
+fn lttng_report(collector: &Collector) -> Vec<Value> {
+    agents(collector)
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["report"]["lttng"].as_array().cloned())
+        .flatten()
+        .collect()
+}
+
+/// Waits until the relay daemon on `port` lists session `name` with a viewer attached.
+fn wait_attached(port: u16, name: &str) {
+    wait_for("the agent to attach to the live session", Duration::from_secs(60), || {
+        weft_sources::ctf::live::Viewer::connect("127.0.0.1", port, Duration::from_secs(5))
+            .and_then(|mut v| v.list_sessions())
+            .is_ok_and(|l| l.iter().any(|s| s.name == name && s.clients > 0))
+    });
+}
+
+/// `weft agent --lttng-live net://HOST:PORT` (every session of the relay daemon) while the
+/// BlkKin test program runs: its spans are in the collector while the program still runs, and
+/// they are the spans `weft import ctf` makes of the relay daemon's copy afterwards.
+#[test]
+fn the_agent_follows_lttng_live_sessions_into_the_collector() {
+    let opts = RecordOptions { all_types: 20, small: 50, blkin: 1, ..Default::default() };
+    let mut live = LiveSessions::start(1, &opts);
+    let (work, data, spool) = (temp(), temp(), temp());
+    let collector = Collector::start(data.path());
+    let relay = format!("net://127.0.0.1:{}", live.live_port);
+    let mut agent = AgentProc::start(
+        &work.path().join("probes"),
+        spool.path(),
+        &collector,
+        &["--lttng-live", &relay, "--lttng-span-idle", "200ms", "--batch-interval", "100ms"],
+    );
+    wait_attached(live.live_port, &live.sessions[0]);
+
+    let t0 = Instant::now();
+    live.start_app(1);
+    wait_for("burst 1's spans in the collector", Duration::from_secs(60), || {
+        blkin_spans(&collector, 1).len() == 4
+    });
+    // A figure for docs/performance.md (not asserted).
+    eprintln!("figure: the program started → its 4 spans queryable in the collector: {:?}", t0.elapsed());
+    // (the program waits for its release file: it still runs)
+    assert!(live.app_running(1));
+    let during = blkin_spans(&collector, 1);
+    wait_for("the agent's report of the session", Duration::from_secs(30), || {
+        lttng_report(&collector).iter().any(|s| s["spans"] == 4)
+    });
+    live.release_app(1);
+    live.destroy();
+    wait_for("the session to end in the agent's report", Duration::from_secs(60), || {
+        lttng_report(&collector).iter().any(|s| s["state"] == "ended")
+    });
+    let ended = lttng_report(&collector);
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    let s = &ended[0];
+    assert_eq!(s["session"], live.sessions[0].as_str(), "{s}");
+    assert_eq!(s["host"], live.hostname.as_str(), "{s}");
+    assert_eq!(s["events"], opts.all_types + opts.small + 12, "{s}");
+    assert_eq!(
+        (&s["spans"], &s["discarded_events"], &s["reconnects"]),
+        (&4.into(), &0.into(), &0.into()),
+        "{s}"
+    );
+    assert_eq!(blkin_spans(&collector, 1), during, "nothing more, nothing twice after the end");
+    agent.stop();
+
+    // The relay daemon's copy, imported afterwards: the same spans.
+    let dirs = live.trace_dirs(0);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let out = work.path().join("after.zipkin.json");
+    let o = Command::new(WEFT)
+        .args(["import", "ctf", "--jobs", "1"])
+        .arg(&dirs[0])
+        .arg("--to")
+        .arg(&out)
+        .output()
+        .expect("weft import ctf");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let after: Vec<Value> = serde_json::from_slice(&std::fs::read(&out).expect("read")).expect("zipkin json");
+    assert_eq!(by_span_id(during), by_span_id(after));
+}
+
+/// The agent's viewer connection is cut (the relay daemon stays up): it re-attaches, the
+/// relay daemon serves the session from its beginning again and the agent skips what it read;
+/// then the relay daemon is killed and restarted (it forgets its sessions; the session is
+/// created again under its name) and the program's second burst arrives. No span twice.
+#[test]
+fn the_agent_reattaches_to_lttng_live_sessions_without_duplicates() {
+    let opts = RecordOptions { all_types: 20, small: 50, blkin: 1, ..Default::default() };
+    let burst = opts.all_types + opts.small + 12;
+    let mut live = LiveSessions::start(1, &opts);
+    let cutter = Cutter::start(live.live_port);
+    let (work, data, spool) = (temp(), temp(), temp());
+    let collector = Collector::start(data.path());
+    let relay = format!("net://127.0.0.1:{}", cutter.port);
+    let agent = AgentProc::start(
+        &work.path().join("probes"),
+        spool.path(),
+        &collector,
+        &[
+            "--lttng-live",
+            &relay,
+            "--lttng-span-idle",
+            "200ms",
+            "--batch-interval",
+            "100ms",
+            "--lttng-backoff-max",
+            "1s",
+        ],
+    );
+    wait_attached(live.live_port, &live.sessions[0]);
+    live.start_app(1);
+    wait_for("burst 1's spans in the collector", Duration::from_secs(60), || {
+        blkin_spans(&collector, 1).len() == 4
+    });
+    let first = blkin_spans(&collector, 1);
+
+    // A lost viewer connection: re-attached, everything read again is skipped.
+    let t0 = Instant::now();
+    cutter.cut();
+    wait_for("the re-attach", Duration::from_secs(60), || {
+        agent.metric("weft_agent_lttng_reconnects_total") == 1.0
+            && agent.metric("weft_agent_lttng_replayed_events_total") == burst as f64
+    });
+    eprintln!("figure: connection cut → re-attached and the {burst} events skipped: {:?}", t0.elapsed());
+    assert_eq!(agent.metric("weft_agent_lttng_events_total"), burst as f64);
+    live.release_app(1);
+
+    // The relay daemon restarts: the session is new there, the agent follows it.
+    live.kill_relay_daemon();
+    wait_for("the agent to notice", Duration::from_secs(60), || {
+        agent.metric("weft_agent_lttng_sessions{state=\"reconnecting\"}") == 1.0
+    });
+    let t0 = Instant::now();
+    live.restart_relay_daemon();
+    wait_attached(live.live_port, &live.sessions[0]);
+    eprintln!(
+        "figure: relay daemon restarted (and the session created) → the agent attached: {:?}",
+        t0.elapsed()
+    );
+    live.start_app(2);
+    wait_for("burst 2's spans in the collector", Duration::from_secs(60), || {
+        blkin_spans(&collector, 2).len() == 4
+    });
+    live.release_app(2);
+    live.destroy();
+    wait_for("the new session to end", Duration::from_secs(60), || {
+        agent.metric("weft_agent_lttng_sessions{state=\"ended\"}") == 1.0
+            && agent.metric("weft_agent_spool_pending_batches") == 0.0
+    });
+    // (counters over both sessions: the one the restarted relay daemon forgot, and the new one)
+    assert_eq!(agent.metric("weft_agent_lttng_events_total"), 2.0 * burst as f64);
+    assert_eq!(agent.metric("weft_agent_lttng_replayed_events_total"), burst as f64);
+    assert_eq!(blkin_spans(&collector, 1), first, "burst 1 once");
+    assert_eq!(collector.count("SELECT count(*) FROM spans"), 8, "two bursts of 4 spans, none twice");
+    let second = blkin_spans(&collector, 2);
+    let ids =
+        |v: &[Value]| v.iter().map(|s| (s["id"].to_string(), s["kind"].to_string())).collect::<Vec<_>>();
+    assert_eq!(ids(&first), ids(&second), "the same scenario, other trace ids");
 }
