@@ -41,7 +41,7 @@ pub const MAX_IO: u32 = 4 << 20;
 /// In-flight requests per volume.
 pub const QUOTA: u64 = 256;
 /// What a `stat` costs (it stands for a fixed-cost metadata read).
-pub const STAT_COST: std::time::Duration = std::time::Duration::from_millis(20);
+pub const STAT_COST: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct Gateway {
     next: Pool,

@@ -328,13 +328,13 @@ fn weft_ack_fsync_is_acknowledged_after_the_fsync_and_confirmed() {
     let opened = syncs.load(std::sync::atomic::Ordering::SeqCst);
     let n = || syncs.load(std::sync::atomic::Ordering::SeqCst) - opened;
     let body = otlp::encode_proto(&spans(43, 20));
-    let resp = s.agent.post(&s.url("/v1/traces")).header(PB.0, PB.1).send(&body[..]).unwrap();
+    let resp = s.agent.post(&s.post_url("/v1/traces")).header(PB.0, PB.1).send(&body[..]).unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     assert!(resp.headers().get("weft-ack").is_none());
     assert_eq!(n(), 0, "the store's policy is never");
     let resp = s
         .agent
-        .post(&s.url("/v1/traces"))
+        .post(&s.post_url("/v1/traces"))
         .header(PB.0, PB.1)
         .header("weft-ack", "fsync")
         .send(&body[..])
