@@ -1,6 +1,6 @@
 //! The client of the collector's control API (`weft serve`): agents post their congestion
-//! reports (`POST /api/agents/report`) and long-poll for commands (`POST /api/control/poll`,
-//! bearer token). Spans do not travel here: they go to the collector's OTLP receiver.
+//! reports (`POST /api/agents/report`), long-poll for commands (`POST /api/control/poll`,
+//! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`). Spans do not travel here: they go to the collector's OTLP receiver.
 
 use std::time::Duration;
 
@@ -12,6 +12,9 @@ use crate::proto::{AgentReport, PollRequest, PollResponse};
 pub const REPORT_ROUTE: &str = "/api/agents/report";
 /// Route of the agents' command long poll (bearer token).
 pub const POLL_ROUTE: &str = "/api/control/poll";
+
+/// Route of the agents' live-query exchange (bearer token).
+pub const LIVE_ROUTE: &str = "/api/control/live";
 
 /// Largest poll answer read, in bytes.
 const MAX_POLL_ANSWER: u64 = 16 << 20;
@@ -80,6 +83,20 @@ impl Collector {
         let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
         let mut r = self.post(POLL_ROUTE, req, timeout, true)?;
         let answer = |detail: String| ClientError::Answer { route: POLL_ROUTE, detail };
+        let bytes = r
+            .body_mut()
+            .with_config()
+            .limit(MAX_POLL_ANSWER)
+            .read_to_vec()
+            .map_err(|e| answer(e.to_string()))?;
+        serde_json::from_slice(&bytes).map_err(|e| answer(e.to_string()))
+    }
+
+    /// Deliver partials and learn (waiting up to `req.wait_ms`) which live queries to run.
+    pub fn live_sync(&self, req: &crate::live::LiveSync) -> Result<crate::live::LiveAnswer, ClientError> {
+        let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
+        let mut r = self.post(LIVE_ROUTE, req, timeout, true)?;
+        let answer = |detail: String| ClientError::Answer { route: LIVE_ROUTE, detail };
         let bytes = r
             .body_mut()
             .with_config()
