@@ -5,7 +5,8 @@
 //! spans (with `weft_weave::probe`, where the mapping table is), and ships them to the
 //! collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
 //! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
-//! local socket or from the collector's control API.
+//! local socket or from the collector's control API; it runs the collector's live queries in
+//! the processes and ships their merged partial results.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
 //!   restarts, commits).
@@ -16,6 +17,9 @@
 //!   control socket.
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
 //!   [`weft_control::client::Collector`]).
+//! * [`live`]: live queries at the machine level — install the collector's plans in the
+//!   probe level ([`live::ProbeLevel`]; built: weft-probe tracepoints in the traced processes),
+//!   collect and merge their partials every interval, ship one partial per query and window.
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
 //! * [`capture`]: EXIST's on-demand bounded captures — so far the usage-aware allocator of
 //!   per-core AUX buffers within the node's budget ([`capture::alloc`]) and its live inputs,
@@ -34,6 +38,7 @@ pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod control;
+pub mod live;
 pub mod metrics;
 pub mod ship;
 pub mod spool;
