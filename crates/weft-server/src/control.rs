@@ -1,5 +1,5 @@
-//! The control API: switch tracepoints in instrumented processes through their agents, and the
-//! agents' congestion reports.
+//! The control API: switch tracepoints in instrumented processes through their agents, run
+//! live queries through them ([`crate::live`]), and the agents' congestion reports.
 //!
 //! | route | auth | what |
 //! |---|---|---|
@@ -8,6 +8,7 @@
 //! | `GET /api/control/probes/{id}` | bearer | a command with its results per agent and process |
 //! | `GET /api/control/agents` | bearer | agents seen, with their last report |
 //! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
+//! | `/api/control/queries…`, `POST /api/control/live` | bearer | live queries: see [`crate::live`] |
 //! | `POST /api/agents/report` | bearer token | an agent's [`AgentReport`]: per-process ring occupancy and drops, its spool; shown on `/metrics` |
 //!
 //! The token comes from `weft serve --control-token` (or `WEFT_CONTROL_TOKEN`); without one the
@@ -91,6 +92,8 @@ pub struct ControlHub {
     notify: tokio::sync::Notify,
     /// Counters (rendered on `/metrics`).
     pub counters: ControlCounters,
+    /// Live queries ([`crate::live`]).
+    pub live: crate::live::LiveHub,
 }
 
 impl ControlHub {
@@ -101,6 +104,7 @@ impl ControlHub {
             hub: Mutex::new(Hub { next_id: 1, ..Hub::default() }),
             notify: tokio::sync::Notify::new(),
             counters: ControlCounters::default(),
+            live: crate::live::LiveHub::default(),
         }
     }
 
@@ -113,7 +117,7 @@ impl ControlHub {
         self.hub.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(want) = &self.token else {
             return Err(ApiError::not_found(
                 "the control API is disabled: start weft serve with --control-token (or WEFT_CONTROL_TOKEN)",
@@ -259,9 +263,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/control/agents", get(list_agents))
         .route("/api/control/poll", post(poll))
         .route("/api/agents/report", post(report))
+        .merge(crate::live::routes())
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_big = e.to_string().contains("length limit")
             || std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"));
@@ -276,7 +281,7 @@ async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     })
 }
 
-fn json<T: Serialize>(status: StatusCode, v: &T) -> Response {
+pub(crate) fn json<T: Serialize>(status: StatusCode, v: &T) -> Response {
     let mut r = json_bytes(serde_json::to_vec(v).unwrap_or_default());
     *r.status_mut() = status;
     r
@@ -326,7 +331,7 @@ struct WaitParam {
     wait: Option<String>,
 }
 
-fn parse_wait(s: &str) -> Result<Duration, ApiError> {
+pub(crate) fn parse_wait(s: &str) -> Result<Duration, ApiError> {
     let s = s.trim();
     let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).unwrap_or((s, "ms"));
     let n: u64 =
