@@ -5,6 +5,7 @@ pub mod breakdown;
 pub mod convert;
 pub mod explore;
 pub mod import;
+pub mod live;
 pub mod loadgen;
 pub mod pipeline;
 pub mod probes;

@@ -14,6 +14,7 @@ mod crash;
 mod explore;
 mod import_ctf;
 mod import_probe;
+mod live_query;
 mod peers;
 mod record;
 mod serve;
