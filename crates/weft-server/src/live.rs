@@ -5,7 +5,7 @@
 //! | route | auth | what |
 //! |---|---|---|
 //! | `POST /api/control/queries[?wait=2s]` | bearer | body: the query text. 201 with its id and plan; `EXPLAIN …` answers the plan only (200); an invalid query gets 400 with `line`, `column` and `reason`. With `wait`, answers once every live agent runs (or refused) it |
-//! | `GET /api/control/queries` | bearer | the queries, running and ended |
+//! | `GET /api/control/queries` | bearer | the queries, running and ended, and the agents in the exchange |
 //! | `GET /api/control/queries/{id}/results[?windows=N]` | bearer | closed windows (rows, contributing and missing agents), the total over them, per-agent totals, agents' state (running, late, dead), failures, late partials, bytes received |
 //! | `DELETE /api/control/queries/{id}[?wait=2s]` | bearer | remove: agents detach it from every process (their tables are freed); its results stay readable |
 //! | `POST /api/control/live` | bearer | agents: deliver partials, learn which queries to run ([`LiveSync`] → [`LiveAnswer`]); held until the set changes |
@@ -361,7 +361,7 @@ async fn list(State(st): State<AppState>, headers: HeaderMap) -> Response {
         return e.into_response();
     }
     let inner = st.control.live.lock();
-    let v: Vec<Value> = inner
+    let queries: Vec<Value> = inner
         .queries
         .iter()
         .map(|(id, q)| {
@@ -369,7 +369,15 @@ async fn list(State(st): State<AppState>, headers: HeaderMap) -> Response {
                    "age_ms": q.created.elapsed().as_millis() as u64, "windows": q.closed.len()})
         })
         .collect();
-    json_answer(StatusCode::OK, &v)
+    let agents: Vec<Value> = inner
+        .agents
+        .iter()
+        .map(|(name, a)| {
+            json!({"agent": name, "dead": a.dead(), "running": a.running, "failed": a.failed,
+                   "last_seen_ms_ago": a.last_seen.elapsed().as_millis() as u64})
+        })
+        .collect();
+    json_answer(StatusCode::OK, &json!({"queries": queries, "agents": agents}))
 }
 
 async fn remove(

@@ -7,8 +7,10 @@
 //! * the cluster's result equals the expected aggregate, the merge of the per-agent results,
 //!   and (a second run) a single agent's result over all six processes;
 //! * an invalid query gets 400 naming line, column and reason; no token gets 401;
-//! * removing the query detaches it in every process: each process sees its query gone, and
-//!   collecting it there answers nothing.
+//! * an agent killed mid-query is reported late (missing from the windows that close without
+//!   it), and nothing waits for it;
+//! * removing the query detaches it in every process of the live agents: each process sees
+//!   its query gone, and collecting it there answers nothing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -228,15 +230,29 @@ fn markers(dir: &Path, suffix: &str) -> Vec<String> {
 
 /// Deploy [`QUERY`] once the collector knows the tracepoint; the results once every expected
 /// event is in closed windows.
-fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize) -> (u64, Value) {
+fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents: &[&str]) -> (u64, Value) {
     wait_for("the agents to report the tracepoint's schema", Duration::from_secs(60), || {
         call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {QUERY}"))).0
             == 200
+    });
+    wait_for("every agent in the live exchange", Duration::from_secs(60), || {
+        let v = call("GET", &format!("{base}/api/control/queries"), Some(TOKEN), None).1;
+        let live: Vec<&str> = v["agents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["dead"] == false)
+            .filter_map(|a| a["agent"].as_str())
+            .collect();
+        agents.iter().all(|a| live.contains(a))
     });
     let (st, v) = call("POST", &format!("{base}/api/control/queries?wait=5s"), Some(TOKEN), Some(QUERY));
     assert_eq!(st, 201, "{v}");
     let id = v["id"].as_u64().expect("query id");
     eprintln!("live query {id}: submit → running per agent (ms): {}", v["started_ms"]);
+    for a in agents {
+        assert!(v["started_ms"][a].is_u64(), "{a} runs the query when the submission returns: {v}");
+    }
     wait_for("every process to emit", Duration::from_secs(60), || {
         markers(marker_dir, ".emitted").len() == processes
     });
@@ -300,7 +316,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         assert!(explain.contains(level), "{explain}");
     }
 
-    let (id, res) = run_query(&base, &want, &marks, procs.len());
+    let (id, res) = run_query(&base, &want, &marks, procs.len(), &["node-a", "node-b", "node-c"]);
     assert_eq!(rows(&res["total"]), want, "cluster result: {res}");
     let mut per_agent = Agg::new();
     for (name, specs) in &nodes {
@@ -323,14 +339,36 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         total_events(&want)
     );
 
-    // removal detaches it everywhere: every process sees its query gone and its tables freed
-    let (st, v) = call("DELETE", &format!("{base}/api/control/queries/{id}?wait=5s"), Some(TOKEN), None);
+    // an agent that dies is reported, and windows keep closing without it
+    drop(agents.pop());
+    let url = format!("{base}/api/control/queries/{id}/results?windows=1");
+    let mut last = Value::Null;
+    wait_for("node-c to be reported late", Duration::from_secs(30), || {
+        last = call("GET", &url, Some(TOKEN), None).1;
+        last["agents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["agent"] == "node-c" && a["state"] == "late")
+    });
+    assert_eq!(last["windows"][0]["agents"], serde_json::json!(["node-a", "node-b"]), "{last}");
+    assert_eq!(last["windows"][0]["missing"], serde_json::json!(["node-c"]), "{last}");
+    assert_eq!(rows(&last["total"]), want, "nothing was added or lost meanwhile: {last}");
+
+    // removal detaches it everywhere its agents live: every process sees its query gone and
+    // its tables freed
+    let (st, v) = call("DELETE", &format!("{base}/api/control/queries/{id}"), Some(TOKEN), None);
     assert_eq!(st, 200, "{v}");
-    assert_eq!(v["still_running_on"].as_array().map(Vec::len), Some(0), "{v}");
-    wait_for("every process to see the query removed", Duration::from_secs(30), || {
-        markers(&marks, ".detached").len() == procs.len()
+    wait_for("the live agents' processes to see the query removed", Duration::from_secs(30), || {
+        markers(&marks, ".detached").len() == 4
     });
     assert!(markers(&marks, ".detached").iter().all(|m| m == "freed"), "a removed query still collects");
+    let res = call("GET", &url, Some(TOKEN), None).1;
+    assert_eq!(res["state"], "removed");
+    for a in res["agents"].as_array().expect("agents") {
+        let ok: &[&str] = if a["agent"] == "node-c" { &["late", "dead"] } else { &["stopped"] };
+        assert!(a["state"].as_str().is_some_and(|s| ok.contains(&s)), "{res}");
+    }
     drop(agents);
     drop(procs);
 
@@ -342,7 +380,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     std::fs::set_permissions(&solo, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let procs: Vec<Kill> = all.iter().map(|(n, s)| emitter(&solo, &marks2, *n, *s)).collect();
     let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), &base, "solo");
-    let (_, res) = run_query(&base, &want, &marks2, procs.len());
+    let (_, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"]);
     assert_eq!(rows(&res["total"]), want, "single-agent result: {res}");
     assert_eq!(rows(&res["by_agent"]["solo"]), want, "{res}");
 }
