@@ -80,23 +80,23 @@ impl Collector {
 
     /// Return results and wait (up to `req.wait_ms`, which the collector caps) for new commands.
     pub fn poll(&self, req: &PollRequest) -> Result<PollResponse, ClientError> {
-        let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
-        let mut r = self.post(POLL_ROUTE, req, timeout, true)?;
-        let answer = |detail: String| ClientError::Answer { route: POLL_ROUTE, detail };
-        let bytes = r
-            .body_mut()
-            .with_config()
-            .limit(MAX_POLL_ANSWER)
-            .read_to_vec()
-            .map_err(|e| answer(e.to_string()))?;
-        serde_json::from_slice(&bytes).map_err(|e| answer(e.to_string()))
+        self.long_poll(POLL_ROUTE, req, req.wait_ms)
     }
 
     /// Deliver partials and learn (waiting up to `req.wait_ms`) which live queries to run.
     pub fn live_sync(&self, req: &crate::live::LiveSync) -> Result<crate::live::LiveAnswer, ClientError> {
-        let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
-        let mut r = self.post(LIVE_ROUTE, req, timeout, true)?;
-        let answer = |detail: String| ClientError::Answer { route: LIVE_ROUTE, detail };
+        self.long_poll(LIVE_ROUTE, req, req.wait_ms)
+    }
+
+    fn long_poll<T: serde::de::DeserializeOwned>(
+        &self,
+        route: &'static str,
+        req: &impl Serialize,
+        wait_ms: u64,
+    ) -> Result<T, ClientError> {
+        let timeout = Duration::from_millis(wait_ms) + POLL_SLACK;
+        let mut r = self.post(route, req, timeout, true)?;
+        let answer = |detail: String| ClientError::Answer { route, detail };
         let bytes = r
             .body_mut()
             .with_config()

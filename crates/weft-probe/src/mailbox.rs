@@ -330,26 +330,41 @@ pub(crate) fn serve(map: &Map, base: usize, capacity: usize) {
 mod tests {
     use super::*;
 
+    /// Every tag of the form: each filter shape, comparison, constant, operand and aggregate.
     fn plan() -> Plan {
+        let cmp = |f: &str, op, c| Box::new(Filter::Cmp(Operand::Field(f.into()), op, c));
+        let filter = Filter::Or(
+            Box::new(Filter::And(cmp("a", CmpOp::Eq, Const::Int(-3)), cmp("b", CmpOp::Ne, Const::Uint(9)))),
+            Box::new(Filter::Not(Box::new(Filter::And(
+                Box::new(Filter::Or(
+                    cmp("c", CmpOp::Lt, Const::Float(-1.5)),
+                    cmp("d", CmpOp::Le, Const::Bool(true)),
+                )),
+                Box::new(Filter::Or(
+                    cmp("e", CmpOp::Gt, Const::Bool(false)),
+                    Box::new(Filter::Cmp(Operand::Ctx(Ctx::Comm), CmpOp::Ge, Const::Str("x".into()))),
+                )),
+            )))),
+        );
+        let field = |f: &str| Some(Operand::Field(f.into()));
+        let kinds = [
+            AggKind::Count,
+            AggKind::Sum,
+            AggKind::Min,
+            AggKind::Max,
+            AggKind::Avg,
+            AggKind::Hist,
+            AggKind::Lhist(Linear::new(-10, 4096, 512).unwrap()),
+            AggKind::Quantile(0.99),
+        ];
         Plan {
             tracepoint: "blocker.write".into(),
-            filter: Filter::And(
-                Box::new(Filter::Cmp(Operand::Field("len".into()), CmpOp::Ge, Const::Uint(512))),
-                Box::new(Filter::Not(Box::new(Filter::Or(
-                    Box::new(Filter::Cmp(Operand::Ctx(Ctx::Comm), CmpOp::Eq, Const::Str("cron".into()))),
-                    Box::new(Filter::Cmp(Operand::Field("lat".into()), CmpOp::Lt, Const::Float(-1.5))),
-                )))),
-            ),
-            keys: vec![Operand::Field("path".into()), Operand::Ctx(Ctx::Pid)],
-            aggs: vec![
-                AggSpec { kind: AggKind::Count, input: None },
-                AggSpec { kind: AggKind::Min, input: Some(Operand::Field("len".into())) },
-                AggSpec {
-                    kind: AggKind::Lhist(Linear::new(-10, 4096, 512).unwrap()),
-                    input: Some(Operand::Field("len".into())),
-                },
-                AggSpec { kind: AggKind::Quantile(0.99), input: Some(Operand::Field("lat".into())) },
-            ],
+            filter,
+            keys: vec![Operand::Field("path".into()), Operand::Ctx(Ctx::Pid), Operand::Ctx(Ctx::TraceId)],
+            aggs: kinds
+                .iter()
+                .map(|k| AggSpec { kind: *k, input: if *k == AggKind::Count { None } else { field("len") } })
+                .collect(),
             capacity: 2048,
         }
     }

@@ -140,6 +140,32 @@ impl ControlHub {
         }
     }
 
+    /// [`ControlHub::check`], then the `wait` parameter ([`parse_wait`]).
+    pub(crate) fn check_wait(
+        &self,
+        headers: &HeaderMap,
+        wait: Option<&str>,
+    ) -> Result<Option<Duration>, ApiError> {
+        self.check(headers)?;
+        wait.map(parse_wait).transpose()
+    }
+
+    /// [`ControlHub::check_wait`], then the body (at most `limit` bytes; a bad one is counted
+    /// as malformed).
+    pub(crate) async fn request(
+        &self,
+        headers: &HeaderMap,
+        wait: Option<&str>,
+        body: Body,
+        limit: usize,
+    ) -> Result<(Option<Duration>, bytes::Bytes), ApiError> {
+        let wait = self.check_wait(headers, wait)?;
+        let bytes = read_body(body, limit).await.inspect_err(|_| {
+            self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+        })?;
+        Ok((wait, bytes))
+    }
+
     fn seen(hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
         if !hub.agents.contains_key(agent) && hub.agents.len() >= MAX_AGENTS {
             let oldest = hub.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
@@ -266,7 +292,7 @@ pub fn routes() -> Router<AppState> {
         .merge(crate::live::routes())
 }
 
-pub(crate) async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_big = e.to_string().contains("length limit")
             || std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"));
@@ -331,7 +357,7 @@ struct WaitParam {
     wait: Option<String>,
 }
 
-pub(crate) fn parse_wait(s: &str) -> Result<Duration, ApiError> {
+fn parse_wait(s: &str) -> Result<Duration, ApiError> {
     let s = s.trim();
     let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).unwrap_or((s, "ms"));
     let n: u64 =
@@ -351,19 +377,9 @@ async fn submit(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let wait = match q.wait.as_deref().map(parse_wait).transpose() {
-        Ok(w) => w,
+    let (wait, bytes) = match c.request(&headers, q.wait.as_deref(), body, MAX_MESSAGE_BYTES).await {
+        Ok(r) => r,
         Err(e) => return e.into_response(),
-    };
-    let bytes = match read_body(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) => b,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return e.into_response();
-        }
     };
     let cmd = match ProbeCommand::parse(&bytes) {
         Ok(c) => c,
@@ -491,11 +507,8 @@ fn pending_for(hub: &Hub, agent: &str, after: u64) -> Vec<QueuedCommand> {
 
 async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let bytes = match read_body(body, 16 << 20).await {
-        Ok(b) => b,
+    let bytes = match c.request(&headers, None, body, 16 << 20).await {
+        Ok((_, b)) => b,
         Err(e) => return e.into_response(),
     };
     let req: PollRequest = match serde_json::from_slice(&bytes) {

@@ -35,7 +35,7 @@ use weft_query::merge::{Cell, rows};
 use weft_query::{ListCatalog, LivePlan};
 
 use crate::api::ApiError;
-use crate::control::{json as json_answer, parse_wait, read_body};
+use crate::control::json as json_answer;
 use crate::state::AppState;
 
 /// Queries kept (running and ended).
@@ -217,6 +217,10 @@ struct Params {
     windows: Option<usize>,
 }
 
+fn query_id(id: &str) -> Result<u64, ApiError> {
+    id.parse().map_err(|_| ApiError::bad_request(format!("query id {id:?} is not a number")))
+}
+
 fn invalid(e: &weft_query::QueryError) -> Response {
     let body = json!({
         "error": {"httpCode": 400, "message": e.to_string()},
@@ -247,15 +251,8 @@ async fn submit(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let wait = match q.wait.as_deref().map(parse_wait).transpose() {
-        Ok(w) => w,
-        Err(e) => return e.into_response(),
-    };
-    let bytes = match read_body(body, MAX_QUERY_BYTES).await {
-        Ok(b) => b,
+    let (wait, bytes) = match c.request(&headers, q.wait.as_deref(), body, MAX_QUERY_BYTES).await {
+        Ok(r) => r,
         Err(e) => return e.into_response(),
     };
     let Ok(text) = String::from_utf8(bytes.to_vec()) else {
@@ -387,15 +384,13 @@ async fn remove(
     Query(q): Query<Params>,
 ) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let wait = match q.wait.as_deref().map(parse_wait).transpose() {
+    let wait = match c.check_wait(&headers, q.wait.as_deref()) {
         Ok(w) => w,
         Err(e) => return e.into_response(),
     };
-    let Ok(id) = id.parse::<u64>() else {
-        return ApiError::bad_request(format!("query id {id:?} is not a number")).into_response();
+    let id = match query_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
     };
     match c.live.lock().queries.get_mut(&id) {
         Some(q) => q.removed = true,
@@ -462,8 +457,9 @@ async fn results(
     if let Err(e) = st.control.check(&headers) {
         return e.into_response();
     }
-    let Ok(id) = id.parse::<u64>() else {
-        return ApiError::bad_request(format!("query id {id:?} is not a number")).into_response();
+    let id = match query_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
     };
     let mut inner = st.control.live.lock();
     inner.close_all();
@@ -530,11 +526,8 @@ async fn results(
 
 async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let bytes = match read_body(body, 16 << 20).await {
-        Ok(b) => b,
+    let bytes = match c.request(&headers, None, body, 16 << 20).await {
+        Ok((_, b)) => b,
         Err(e) => return e.into_response(),
     };
     let req: LiveSync = match serde_json::from_slice(&bytes) {

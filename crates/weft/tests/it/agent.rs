@@ -19,6 +19,8 @@ use archipelago::client::Client;
 use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
 
+use crate::common::{http, wait_for};
+
 const TOKEN: &str = "s3cret-token";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
@@ -47,22 +49,6 @@ fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
         c
     })
     .expect("start the archipelago tiers")
-}
-
-fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// `weft serve` on free loopback ports.

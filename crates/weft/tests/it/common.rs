@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use weft_model::Span;
 use weft_model::codec::stream::{self, Format, WriterOptions};
@@ -45,4 +46,22 @@ pub fn write_spans(path: &Path, format: Format, spans: &[Span]) {
 /// Parses CSV without quoted fields into rows of cells (header included).
 pub fn csv(text: &str) -> Vec<Vec<String>> {
     text.lines().map(|l| l.split(',').map(str::to_owned).collect()).collect()
+}
+
+/// An HTTP client that returns error statuses as answers (60 s per request).
+pub fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+/// Poll `f` until it holds; panics naming `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::common::{http, wait_for};
+
 const TOKEN: &str = "live-s3cret";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 const KINDS: [&str; 3] = ["read", "write", "sync"];
@@ -26,14 +28,6 @@ const QUERY: &str =
     "SELECT kind, count(*), sum(len), min(len), max(len) FROM tp('livetest.op') GROUP BY kind INTERVAL 1s";
 
 weft_probe::tracepoint!(static OP = "livetest.op", Debug, fields = [kind: str, len: u64]);
-
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// One traced process, when this binary is re-run as one: `LIVE_EMITTER=n:seed:marker-dir`.
 /// Waits for a live query, emits `n` events (`kind` cycling over [`KINDS`], `len = seed * 1000
@@ -133,14 +127,6 @@ fn agent(probe_dir: &Path, spool: &Path, base: &str, name: &str) -> Kill {
             .spawn()
             .expect("spawn weft agent"),
     )
-}
-
-fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
 }
 
 fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
