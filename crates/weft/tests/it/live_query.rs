@@ -9,6 +9,8 @@
 //! * an invalid query gets 400 naming line, column and reason; no token gets 401;
 //! * an agent killed mid-query is reported late (missing from the windows that close without
 //!   it), and nothing waits for it;
+//! * `weft query` runs a live query to its DURATION and prints the exact total; `weft query
+//!   'EXPLAIN …'` plans against this machine's processes;
 //! * removing the query detaches it in every process of the live agents: each process sees
 //!   its query gone, and collecting it there answers nothing.
 
@@ -366,7 +368,51 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     std::fs::set_permissions(&solo, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let procs: Vec<Kill> = all.iter().map(|(n, s)| emitter(&solo, &marks2, *n, *s)).collect();
     let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), &base, "solo");
-    let (_, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"]);
+    let (id, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"]);
     assert_eq!(rows(&res["total"]), want, "single-agent result: {res}");
     assert_eq!(rows(&res["by_agent"]["solo"]), want, "{res}");
+    let (st, v) = call("DELETE", &format!("{base}/api/control/queries/{id}?wait=5s"), Some(TOKEN), None);
+    assert_eq!((st, &v["still_running_on"]), (200, &serde_json::json!([])), "{v}");
+    wait_for("the query removed", Duration::from_secs(30), || {
+        markers(&marks2, ".detached").len() == procs.len()
+    });
+    drop(procs);
+
+    // `weft query`: EXPLAIN planned against this machine's processes, and a live query with its
+    // own DURATION, whose final total is the one process's aggregate
+    let marks3 = tmp.path().join("markers3");
+    std::fs::create_dir_all(&marks3).expect("markers dir");
+    let _one = emitter(&solo, &marks3, 40, 9);
+    let token_file = tmp.path().join("token");
+    std::fs::write(&token_file, TOKEN).expect("token file");
+    let explain = |sql: &str| {
+        Command::new(WEFT).args(["query", sql]).env("WEFT_PROBE_DIR", &solo).output().expect("weft query")
+    };
+    wait_for("weft query EXPLAIN against the local process", Duration::from_secs(30), || {
+        explain(&format!("EXPLAIN {QUERY}")).status.success()
+    });
+    let out = String::from_utf8_lossy(&explain(&format!("EXPLAIN {QUERY}")).stdout).into_owned();
+    assert!(out.contains("probe level") && out.contains("cluster level"), "{out}");
+    let out = Command::new(WEFT)
+        .args(["query", "--collector", &base, "--control-token-file"])
+        .arg(&token_file)
+        .arg(format!("{QUERY} DURATION 3s"))
+        .env_remove("WEFT_CONTROL_TOKEN")
+        .output()
+        .expect("weft query");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let total: Agg = text
+        .split("total over")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no total in {text}"))
+        .lines()
+        .skip(3)
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| c.get(i)?.parse::<i64>().ok();
+            Some((c.first()?.to_string(), (n(1)? as u64, n(2)?, n(3)?, n(4)?)))
+        })
+        .collect();
+    assert_eq!(total, expected(&[(40, 9)]), "{text}");
 }
