@@ -94,7 +94,18 @@ pub struct InProcess {
     dir: PathBuf,
     wait: Duration,
     procs: BTreeMap<PathBuf, Proc>,
-    queries: BTreeMap<u64, Plan>,
+    /// Query → (plan, lease).
+    queries: BTreeMap<u64, (Plan, Duration)>,
+}
+
+/// A process detaches a query nobody collected for this many intervals (at least
+/// [`MIN_LEASE`]): an agent killed mid-query leaves no tables behind.
+pub const LEASE_INTERVALS: u32 = 5;
+/// The shortest lease.
+pub const MIN_LEASE: Duration = Duration::from_secs(10);
+
+fn lease(q: &QueryDeploy) -> Duration {
+    (Duration::from_millis(q.interval_ms) * LEASE_INTERVALS).max(MIN_LEASE)
 }
 
 impl InProcess {
@@ -103,12 +114,17 @@ impl InProcess {
         InProcess { dir: dir.to_path_buf(), wait, procs: BTreeMap::new(), queries: BTreeMap::new() }
     }
 
-    fn install_in(p: &mut Proc, query: u64, plan: &Plan, wait: Duration) -> Result<bool, LiveFailure> {
+    fn install_in(
+        p: &mut Proc,
+        query: u64,
+        (plan, lease): &(Plan, Duration),
+        wait: Duration,
+    ) -> Result<bool, LiveFailure> {
         p.reload();
         if !p.tracepoints.contains_key(&plan.tracepoint) {
             return Ok(false);
         }
-        match p.seg.install_query(plan, wait) {
+        match p.seg.install_query(plan, *lease, wait) {
             Ok(Ok(id)) => {
                 p.installed.insert(query, id);
                 Ok(true)
@@ -127,7 +143,7 @@ impl ProbeLevel for InProcess {
 
     fn install(&mut self, q: &QueryDeploy) -> Result<(), LiveFailure> {
         let node = |error: String| LiveFailure { query: q.query, pid: 0, service: String::new(), error };
-        let plan = q.plan.to_plan().map_err(|e| node(e.to_string()))?;
+        let plan = (q.plan.to_plan().map_err(|e| node(e.to_string()))?, lease(q));
         self.refresh();
         let mut refused = None;
         for p in self.procs.values_mut() {

@@ -1049,13 +1049,16 @@ impl Segment {
     }
 
     /// Install a live query in the process; `Ok(Err(reason))` when the process refused the plan
-    /// (no such tracepoint, a field's type…).
+    /// (no such tracepoint, a field's type…). The process detaches it by itself when no collect
+    /// renewed it for `lease`.
     pub fn install_query(
         &self,
         plan: &crate::query::Plan,
+        lease: Duration,
         timeout: Duration,
     ) -> Result<Result<crate::query::QueryId, String>, ConsumerError> {
         let mut req = vec![crate::mailbox::OP_INSTALL];
+        req.extend((lease.as_millis() as u64).to_le_bytes());
         req.extend(crate::mailbox::encode_plan(plan));
         Ok(match self.mailbox_request(&req, timeout)? {
             Ok(a) => match <[u8; 8]>::try_from(a.as_slice()) {

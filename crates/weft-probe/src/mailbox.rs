@@ -15,16 +15,22 @@
 //!
 //! | op | body | answer (status 0) | status 1 |
 //! |---|---|---|---|
-//! | [`OP_INSTALL`] | the plan ([`encode_plan`]) | the process's query id, u64 LE | the refusal (UTF-8) |
+//! | [`OP_INSTALL`] | the lease in ms (u64 LE), then the plan ([`encode_plan`]) | the process's query id, u64 LE | the refusal (UTF-8) |
 //! | [`OP_DETACH`] | query id, u64 LE | empty | not installed |
 //! | [`OP_COLLECT`] | query id, u64 LE | `agg::Partial::encode` | not installed, or larger than the answer area |
+//!
+//! A query installed here holds a lease: each collect renews it, and the control thread
+//! detaches a query whose lease ran out (its agent was killed or left without removing it), so
+//! no table outlives the agent that reads it.
 //!
 //! Decoding a plan never panics and allocates no more than the request could describe.
 
 use crate::agg::{AggKind, DecodeError, Linear, Reader, put_ivar, put_uvar};
 use crate::mem::{Map, futex_wake};
 use crate::query::{AggSpec, CmpOp, Const, Ctx, Filter, Operand, Plan, QueryId};
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// Install a plan.
 pub const OP_INSTALL: u8 = 1;
@@ -260,27 +266,63 @@ fn id_of(body: &[u8]) -> Option<QueryId> {
     Some(QueryId(u64::from_le_bytes(a)))
 }
 
+/// Queries installed through the mailbox: when each lapses unless collected again.
+static LEASES: Mutex<Vec<(QueryId, Duration, Instant)>> = Mutex::new(Vec::new());
+
+fn leases() -> std::sync::MutexGuard<'static, Vec<(QueryId, Duration, Instant)>> {
+    LEASES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Detach every mailbox query whose lease ran out (its agent stopped collecting: killed, or
+/// gone without removing it); returns how many.
+pub(crate) fn expire() -> usize {
+    let now = Instant::now();
+    let mut l = leases();
+    let (gone, keep): (Vec<_>, Vec<_>) =
+        l.drain(..).partition(|(_, lease, at)| now.duration_since(*at) > *lease);
+    *l = keep;
+    drop(l);
+    for (id, ..) in &gone {
+        crate::query::detach(*id);
+        tracing::info!(query = id.0, "weft-probe: live query lease ran out; detached");
+    }
+    gone.len()
+}
+
 /// Run one request; `(status, answer)`.
 pub(crate) fn execute(req: &[u8]) -> (u32, Vec<u8>) {
     let refuse = |m: String| (STATUS_REFUSED, m.into_bytes());
     let Some((&op, body)) = req.split_first() else { return refuse("empty request".into()) };
     match op {
-        OP_INSTALL => match decode_plan(body) {
-            Ok(plan) => match crate::query::install(&plan) {
-                Ok(id) => (STATUS_OK, id.0.to_le_bytes().to_vec()),
+        OP_INSTALL => {
+            let Some((lease, plan)) = body.split_first_chunk::<8>() else {
+                return refuse("an install starts with the lease (8 bytes)".into());
+            };
+            let lease = Duration::from_millis(u64::from_le_bytes(*lease));
+            match decode_plan(plan) {
+                Ok(plan) => match crate::query::install(&plan) {
+                    Ok(id) => {
+                        leases().push((id, lease, Instant::now()));
+                        (STATUS_OK, id.0.to_le_bytes().to_vec())
+                    }
+                    Err(e) => refuse(e.to_string()),
+                },
                 Err(e) => refuse(e.to_string()),
-            },
-            Err(e) => refuse(e.to_string()),
-        },
+            }
+        }
         OP_DETACH | OP_COLLECT => {
             let Some(id) = id_of(body) else { return refuse("the query id must be 8 bytes".into()) };
             if op == OP_DETACH {
+                leases().retain(|(q, ..)| *q != id);
                 if crate::query::detach(id) {
                     (STATUS_OK, Vec::new())
                 } else {
                     refuse(format!("query {} is not installed", id.0))
                 }
             } else {
+                if let Some(l) = leases().iter_mut().find(|(q, ..)| *q == id) {
+                    l.2 = Instant::now();
+                }
                 match crate::query::collect(id) {
                     Some(p) => (STATUS_OK, p.encode()),
                     None => refuse(format!("query {} is not installed", id.0)),
@@ -422,6 +464,7 @@ mod tests {
             capacity: 16,
         };
         let mut req = vec![OP_INSTALL];
+        req.extend(60_000u64.to_le_bytes());
         req.extend(encode_plan(&plan));
         let (st, id) = roundtrip(&map, 1, &req);
         assert_eq!(st, STATUS_OK, "{}", String::from_utf8_lossy(&id));
@@ -442,6 +485,32 @@ mod tests {
     }
 
     #[test]
+    fn a_query_whose_lease_runs_out_is_detached() {
+        MB_TP.id();
+        let plan = Plan {
+            tracepoint: "mailbox.test".into(),
+            filter: Filter::True,
+            keys: Vec::new(),
+            aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
+            capacity: 16,
+        };
+        let install = |lease_ms: u64| {
+            let mut req = vec![OP_INSTALL];
+            req.extend(lease_ms.to_le_bytes());
+            req.extend(encode_plan(&plan));
+            let (st, id) = execute(&req);
+            assert_eq!(st, STATUS_OK);
+            QueryId(u64::from_le_bytes(id.try_into().unwrap()))
+        };
+        let (short, long) = (install(0), install(3_600_000));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(expire() >= 1);
+        assert!(crate::query::collect(short).is_none(), "lapsed: detached, tables freed");
+        assert!(crate::query::collect(long).is_some(), "still leased");
+        assert_eq!(execute(&[&[OP_DETACH][..], &long.0.to_le_bytes()].concat()).0, STATUS_OK);
+    }
+
+    #[test]
     fn requests_are_refused_with_a_reason() {
         assert_eq!(execute(&[]).0, STATUS_REFUSED);
         let (st, msg) = execute(&[9]);
@@ -450,7 +519,11 @@ mod tests {
         let (st, msg) = execute(&[OP_COLLECT, 1, 2]);
         assert_eq!(st, STATUS_REFUSED);
         assert!(String::from_utf8_lossy(&msg).contains("8 bytes"));
+        let (st, msg) = execute(&[OP_INSTALL, 1]);
+        assert_eq!(st, STATUS_REFUSED);
+        assert!(String::from_utf8_lossy(&msg).contains("lease"));
         let mut req = vec![OP_INSTALL];
+        req.extend(60_000u64.to_le_bytes());
         req.extend(encode_plan(&Plan { tracepoint: "no.such.tracepoint".into(), ..plan() }));
         let (st, msg) = execute(&req);
         assert_eq!(st, STATUS_REFUSED);

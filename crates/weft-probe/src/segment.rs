@@ -464,6 +464,7 @@ fn control_loop(seg: &'static Segment) {
             futex_wake(ack);
         }
         crate::mailbox::serve(&seg.map, seg.query_offset, crate::mailbox::AREA_SIZE);
+        crate::mailbox::expire();
         hb.store(clock::realtime_ns(), Ordering::Relaxed);
         let up = start.elapsed();
         match next_refine {

@@ -15,7 +15,9 @@
 //! agent expected in a window (it reported the query running) and absent from it is listed as
 //! missing; an agent silent for longer than its long poll plus [`DEAD_AFTER`] is dead. Nothing
 //! waits for either. Bounded: [`MAX_QUERIES`] queries (the oldest ended ones go first),
-//! [`MAX_WINDOWS`] closed windows each, [`MAX_SCHEMAS`] tracepoint schemas.
+//! [`MAX_WINDOWS`] closed and [`MAX_OPEN_WINDOWS`] open windows each (a partial for a window
+//! that cannot have started yet is refused and counted), [`MAX_SCHEMAS`] tracepoint schemas,
+//! `control::MAX_AGENTS` agents (the stalest go first).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -44,6 +46,8 @@ pub const MAX_QUERIES: usize = 256;
 pub const MAX_WINDOWS: usize = 600;
 /// Tracepoint schemas kept.
 pub const MAX_SCHEMAS: usize = 16384;
+/// Windows open (collecting partials) per query at most.
+pub const MAX_OPEN_WINDOWS: usize = 64;
 /// Failures kept per query.
 const MAX_FAILURES: usize = 256;
 /// Longest query text.
@@ -101,6 +105,8 @@ struct LiveQuery {
     started: BTreeMap<String, u64>,
     failures: VecDeque<AgentFailure>,
     late: u64,
+    /// Partials for a window that cannot have started yet, or beyond [`MAX_OPEN_WINDOWS`].
+    refused: u64,
     reports: u64,
     /// Compact partial bytes received (what crossed the network, before base64 and JSON).
     partial_bytes: u64,
@@ -330,6 +336,7 @@ async fn submit(
                 started: BTreeMap::new(),
                 failures: VecDeque::new(),
                 late: 0,
+                refused: 0,
                 reports: 0,
                 partial_bytes: 0,
                 merge_errors: 0,
@@ -517,6 +524,7 @@ async fn results(
         "agents": agents,
         "failures": q.failures,
         "late_partials": q.late,
+        "refused_partials": q.refused,
         "reports": q.reports,
         "partial_bytes": q.partial_bytes,
         "merge_errors": q.merge_errors,
@@ -551,6 +559,12 @@ async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
                 }
             }
         }
+        if !inner.agents.contains_key(&req.agent) && inner.agents.len() >= crate::control::MAX_AGENTS {
+            let stalest = inner.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
+            if let Some(k) = stalest {
+                inner.agents.remove(&k);
+            }
+        }
         inner.agents.insert(
             req.agent.clone(),
             LiveAgent {
@@ -575,6 +589,13 @@ async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
             let start = r.window_start_ns;
             if start < q.closed_until || start.saturating_add(q.interval_ns + q.grace_ns) <= now_ns {
                 q.late += 1;
+                continue;
+            }
+            if start > now_ns.saturating_add(q.interval_ns)
+                || (!q.open.contains_key(&start) && q.open.len() >= MAX_OPEN_WINDOWS)
+            {
+                // a window that cannot have started yet, or more open ones than clocks explain
+                q.refused += 1;
                 continue;
             }
             let w = q.open.entry(start).or_insert_with(|| OpenWindow { parts: BTreeMap::new() });

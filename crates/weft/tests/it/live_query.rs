@@ -8,7 +8,7 @@
 //!   and (a second run) a single agent's result over all six processes;
 //! * an invalid query gets 400 naming line, column and reason; no token gets 401;
 //! * an agent killed mid-query is reported late (missing from the windows that close without
-//!   it), and nothing waits for it;
+//!   it), nothing waits for it, and its processes drop the query when its lease runs out;
 //! * `weft query` runs a live query to its DURATION and prints the exact total; `weft query
 //!   'EXPLAIN …'` plans against this machine's processes;
 //! * removing the query detaches it in every process of the live agents: each process sees
@@ -357,6 +357,12 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         let ok: &[&str] = if a["agent"] == "node-c" { &["late", "dead"] } else { &["stopped"] };
         assert!(a["state"].as_str().is_some_and(|s| ok.contains(&s)), "{res}");
     }
+    // the killed agent's processes free their tables by themselves once its lease runs out
+    wait_for("node-c's processes to drop the query", Duration::from_secs(60), || {
+        markers(&marks, ".detached").len() == procs.len()
+    });
+    assert!(markers(&marks, ".detached").iter().all(|m| m == "freed"));
+    assert_eq!(res["refused_partials"].as_u64(), Some(0), "{res}");
     drop(agents);
     drop(procs);
 
