@@ -28,13 +28,13 @@ WEFT_BENCH_SPANS="$SPANS" cargo bench -p weft-store --bench storage
 echo "== durable ingest pipeline in one process (decode + WAL + flush, no HTTP, no load generator)"
 cargo run --release -q -p weft-store --example ingest_cpu -- 2000000
 
-serve() { # serve DIR extra-flags... → sets $pid; listens on 127.0.0.1:24318 (OTLP/HTTP)
+serve() { # serve DIR extra-flags... → sets $pid; listens on 127.0.0.1:24318 (OTLP/HTTP), 127.0.0.1:26686 (query)
   local dir=$1; shift
-  "$bin" serve --data-dir "$dir" --otlp-http 127.0.0.1:24318 --otlp-grpc off --zipkin off --http off "$@" \
+  "$bin" serve --data-dir "$dir" --otlp-http 127.0.0.1:24318 --otlp-grpc off --zipkin off --http 127.0.0.1:26686 "$@" \
     > "$dir.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
-    curl -sf http://127.0.0.1:24318/api/status > /dev/null && return 0
+    curl -sf http://127.0.0.1:26686/api/status > /dev/null && return 0
     sleep 0.1
   done
   cat "$dir.log"; return 1
@@ -44,14 +44,14 @@ stop() { kill -TERM "$pid"; wait "$pid" || true; }
 echo "== durable OTLP/HTTP protobuf ingest ($LOAD_SPANS spans, fsync every 100 ms)"
 d1=$(mktemp -d)
 serve "$d1"
-"$bin" loadgen --quiet --url http://127.0.0.1:24318 --spans "$LOAD_SPANS" --connections 4 --batch 512
-"$bin" loadgen --quiet --url http://127.0.0.1:24318 --spans "$LOAD_SPANS" --connections 4 --batch 512 --gzip
+"$bin" loadgen --quiet --url http://127.0.0.1:24318 --metrics-url http://127.0.0.1:26686 --spans "$LOAD_SPANS" --connections 4 --batch 512
+"$bin" loadgen --quiet --url http://127.0.0.1:24318 --metrics-url http://127.0.0.1:26686 --spans "$LOAD_SPANS" --connections 4 --batch 512 --gzip
 stop
 echo "   on disk: $(du -sh "$d1" | cut -f1)"
 
 echo "== load above capacity (--max-buffer 32MiB, --fsync always, 16 senders)"
 d2=$(mktemp -d)
 serve "$d2" --max-buffer 32MiB --flush-size 16MiB --fsync always --max-inflight 32MiB
-"$bin" loadgen --quiet --url http://127.0.0.1:24318 --spans "$LOAD_SPANS" --connections 16 --batch 2048
+"$bin" loadgen --quiet --url http://127.0.0.1:24318 --metrics-url http://127.0.0.1:26686 --spans "$LOAD_SPANS" --connections 16 --batch 2048
 stop
 rm -rf "$d1" "$d2" "$d1.log" "$d2.log"

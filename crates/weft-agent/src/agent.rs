@@ -36,7 +36,7 @@ use weft_probe::consumer::{self, ConsumerError, Segment};
 use crate::control;
 use crate::metrics::Metrics;
 use crate::spool::{Appended, Spool, SpoolConfig, SpoolError};
-use weft_control::proto::{CommandResult, ProbeCommand, ProcessReport};
+use weft_control::proto::{CaptureCommand, CaptureOutcome, CommandResult, ProbeCommand, ProcessReport};
 use weft_weave::probe::{Assembler, AssemblerConfig, ProcessIdentity, TpTable};
 
 /// Agent settings.
@@ -45,8 +45,11 @@ pub struct AgentConfig {
     /// Segment directory (created with mode 0700 when missing, so processes started later use
     /// shared memory).
     pub probe_dir: PathBuf,
-    /// Collector base URL (`http://127.0.0.1:4318`); `None` = spool only.
+    /// Collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); `None` = spool only.
     pub collector: Option<String>,
+    /// Base URL of the collector's control API, on its query listener
+    /// (`http://127.0.0.1:16686`); `None` = no reports, no commands from the collector.
+    pub control_url: Option<String>,
     /// Bearer token for the collector's control API.
     pub control_token: Option<String>,
     pub spool: SpoolConfig,
@@ -94,6 +97,7 @@ impl AgentConfig {
         AgentConfig {
             probe_dir: probe_dir.into(),
             collector: None,
+            control_url: None,
             control_token: None,
             spool: SpoolConfig::new(spool_dir, 256 << 20),
             name: host.clone(),
@@ -124,6 +128,8 @@ pub enum AgentError {
     Socket(#[from] control::SocketError),
     #[error("metrics listener {addr}: {source}")]
     Metrics { addr: SocketAddr, source: std::io::Error },
+    #[error(transparent)]
+    Capture(#[from] crate::capture::alloc::AllocError),
 }
 
 /// A running agent.
@@ -170,6 +176,7 @@ impl Agent {
         metrics.set_spool(spool.stats());
         let stop = Arc::new(AtomicBool::new(false));
         let mut others = Vec::new();
+        let tap = Arc::new(std::sync::Mutex::new(crate::capture::remote::Tap::default()));
         let exec: Arc<dyn Fn(&ProbeCommand) -> CommandResult + Send + Sync> = {
             let (dir, wait, name, host, m) = (
                 cfg.probe_dir.clone(),
@@ -213,7 +220,7 @@ impl Agent {
             let (sp, m, s, linger) = (spool.clone(), metrics.clone(), stop.clone(), cfg.linger);
             spawn("weft-agent-send", move || crate::ship::run(sp, sc, m, s, linger))
         });
-        if let Some(url) = &cfg.collector {
+        if let Some(url) = &cfg.control_url {
             let link = crate::collector::Link {
                 collector: weft_control::client::Collector::new(url, cfg.control_token.clone()),
                 agent: cfg.name.clone(),
@@ -235,13 +242,27 @@ impl Agent {
                 // not joined at shutdown either: its exchange may be in flight
                 let _ = spawn("weft-agent-live", move || crate::live::run(c, node, s));
                 let (s, e) = (stop.clone(), exec.clone());
-                // not joined at shutdown: a long poll may be in flight
-                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e));
+                let executor = crate::capture::remote::Executor {
+                    engine: crate::capture::engine::Engine::new(crate::capture::alloc::Allocator::new(
+                        crate::capture::alloc::AllocConfig::default(),
+                    )?),
+                    tap: tap.clone(),
+                    spool: spool.clone(),
+                    agent: cfg.name.clone(),
+                    host: cfg.host.clone(),
+                    compress: cfg.compress,
+                    batch: cfg.max_batch_spans,
+                    settle: cfg.batch_interval + cfg.poll_interval * 2,
+                };
+                let capture: Arc<dyn Fn(&CaptureCommand) -> CaptureOutcome + Send + Sync> =
+                    Arc::new(move |c: &CaptureCommand| executor.run(c));
+                // not joined at shutdown: a long poll (or a capture) may be in flight
+                let _ = spawn("weft-agent-poll", move || crate::collector::run_poller(link, s, e, capture));
             }
         }
         let drain = {
             let (sp, m, s) = (spool.clone(), metrics.clone(), stop.clone());
-            spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m).run(&s))
+            spawn("weft-agent-drain", move || DrainLoop::new(cfg, sp, m, tap).run(&s))
         };
         Ok(Agent { stop, metrics, spool, metrics_addr, socket, drain: Some(drain), sender, others })
     }
@@ -323,6 +344,8 @@ struct DrainLoop {
     removed: weft_weave::probe::AsmStats,
     /// Records the removed processes dropped (full rings, no ring).
     removed_drops: u64,
+    /// The running capture's copy of the request spans.
+    tap: Arc<std::sync::Mutex<crate::capture::remote::Tap>>,
 }
 
 fn file_stamp(p: &Path) -> u64 {
@@ -335,7 +358,12 @@ fn file_stamp(p: &Path) -> u64 {
 }
 
 impl DrainLoop {
-    fn new(cfg: AgentConfig, spool: Arc<Spool>, metrics: Arc<Metrics>) -> DrainLoop {
+    fn new(
+        cfg: AgentConfig,
+        spool: Arc<Spool>,
+        metrics: Arc<Metrics>,
+        tap: Arc<std::sync::Mutex<crate::capture::remote::Tap>>,
+    ) -> DrainLoop {
         DrainLoop {
             cfg,
             spool,
@@ -350,6 +378,7 @@ impl DrainLoop {
             logged: HashSet::new(),
             removed: weft_weave::probe::AsmStats::default(),
             removed_drops: 0,
+            tap,
         }
     }
 
@@ -577,6 +606,9 @@ impl DrainLoop {
         self.last_flush = Instant::now();
         self.dirty = false;
         let spans = std::mem::take(&mut self.pending);
+        if let Ok(mut t) = self.tap.lock() {
+            t.offer(&spans);
+        }
         for chunk in spans.chunks(self.cfg.max_batch_spans.max(1)) {
             let body = encode_batch(chunk, self.cfg.compress);
             match self.spool.append(&body, chunk.len() as u32, self.cfg.compress) {
@@ -657,6 +689,7 @@ impl DrainLoop {
         m.event_spans.store(totals.event_spans, Ordering::Relaxed);
         m.spans_incomplete.store(totals.incomplete, Ordering::Relaxed);
         m.spans_evicted.store(totals.evicted, Ordering::Relaxed);
+        m.endpoint_resources_full.store(totals.endpoint_resources_full, Ordering::Relaxed);
         m.orphans_dropped.store(totals.orphans_dropped, Ordering::Relaxed);
         m.pins_released.store(totals.pins_released, Ordering::Relaxed);
     }

@@ -21,9 +21,14 @@ pub struct Args {
     /// processes started afterwards record into shared memory).
     #[arg(long, env = "WEFT_PROBE_DIR")]
     pub probe_dir: Option<PathBuf>,
-    /// The collector: base URL of any of `weft serve`'s HTTP listeners (`off` = spool only).
+    /// The collector: base URL of `weft serve`'s OTLP/HTTP listener, where spans go (`off` =
+    /// spool only).
     #[arg(long, env = "WEFT_COLLECTOR", default_value = "http://127.0.0.1:4318")]
     pub collector: String,
+    /// Base URL of the collector's control API (reports, commands): `weft serve`'s query
+    /// listener. Default: the `--collector` host on port 16686 (the query listener's default).
+    #[arg(long, env = "WEFT_CONTROL_URL")]
+    pub control_url: Option<String>,
     /// Bearer token of the collector's control API (the same as `weft serve --control-token`);
     /// without it the agent takes no commands from the collector.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
@@ -83,6 +88,18 @@ pub fn default_spool_dir() -> PathBuf {
     home.join(".local").join("state").join("weft").join("agent-spool")
 }
 
+/// A `--collector` / `--control-url` value as an `http://` base URL; `off` is `None`.
+fn base_url(flag: &str, v: &str) -> anyhow::Result<Option<String>> {
+    Ok(match v {
+        "off" | "" => None,
+        u if u.starts_with("http://") => Some(u.trim_end_matches('/').to_string()),
+        u if u.starts_with("https://") => {
+            anyhow::bail!("--{flag} {u}: https is not supported (use a local proxy)")
+        }
+        u => Some(format!("http://{}", u.trim_end_matches('/'))),
+    })
+}
+
 /// Set by the SIGINT/SIGTERM handler.
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -122,13 +139,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let probe_dir = args.probe_dir.clone().unwrap_or_else(weft_probe::layout::default_dir);
     let spool_dir = args.spool_dir.clone().unwrap_or_else(default_spool_dir);
     let mut cfg = AgentConfig::new(&probe_dir, &spool_dir);
-    cfg.collector = match args.collector.as_str() {
-        "off" | "" => None,
-        u if u.starts_with("http://") => Some(u.to_string()),
-        u if u.starts_with("https://") => {
-            anyhow::bail!("--collector {u}: https is not supported (use a local proxy)")
-        }
-        u => Some(format!("http://{u}")),
+    cfg.collector = base_url("collector", &args.collector)?;
+    cfg.control_url = match &args.control_url {
+        Some(u) => base_url("control-url", u)?,
+        None => cfg.collector.as_deref().map(weft_cli::query_url_near),
     };
     cfg.control_token =
         weft_cli::control_token(args.control_token.as_deref(), args.control_token_file.as_deref())?;
@@ -153,7 +167,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     cfg.compress = !args.no_compress;
     cfg.assembler.raw_times = args.raw_times;
     let collector = cfg.collector.clone();
-    let control = cfg.control_token.is_some();
+    let control = match (&cfg.control_url, cfg.control_token.is_some()) {
+        (Some(u), true) => format!("control API {u}"),
+        (Some(_), false) => "control API off: no --control-token".to_string(),
+        (None, _) => "control API off".to_string(),
+    };
     let spool_limit = cfg.spool.limit_bytes;
     catch_stop_signals()?;
     let agent = Agent::start(cfg).context("starting the agent")?;
@@ -180,10 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         s0.pending_batches
     );
     match &collector {
-        Some(c) => println!(
-            "  collector  {c}  (OTLP/HTTP; control API {})",
-            if control { "on" } else { "off: no --control-token" }
-        ),
+        Some(c) => println!("  collector  {c}  (OTLP/HTTP; {control})"),
         None => println!("  collector  off: batches stay in the spool"),
     }
     if let Some(a) = agent.metrics_addr() {

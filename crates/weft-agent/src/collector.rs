@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use weft_control::client::{Collector, POLL_ROUTE, REPORT_ROUTE};
-use weft_control::proto::{CommandResult, PollRequest, ProbeCommand};
+use weft_control::proto::{CaptureCommand, CaptureOutcome, CommandResult, PollRequest, ProbeCommand};
 
 use crate::metrics::Metrics;
 
@@ -49,13 +49,15 @@ pub fn run_reporter(link: Link, metrics: Arc<Metrics>, stop: Arc<AtomicBool>, in
     }
 }
 
-/// Fetch commands from the collector, execute them with `exec`, return the results on the next
-/// poll; until `stop`. Results that could not be delivered are kept for the next poll. Returns at
-/// once without a control token.
+/// Fetch commands from the collector, execute them with `exec` (captures with `capture`, in
+/// this thread: a capture holds the poll for its period), return the results on the next
+/// poll; until `stop`. Results that could not be delivered are kept for the next poll. Returns
+/// at once without a control token.
 pub fn run_poller(
     link: Link,
     stop: Arc<AtomicBool>,
     exec: Arc<dyn Fn(&ProbeCommand) -> CommandResult + Send + Sync>,
+    capture: Arc<dyn Fn(&CaptureCommand) -> CaptureOutcome + Send + Sync>,
 ) {
     if !link.collector.has_token() {
         return;
@@ -63,6 +65,7 @@ pub fn run_poller(
     let wait = Duration::from_secs(5);
     let mut after: Option<u64> = None;
     let mut results: Vec<(u64, CommandResult)> = Vec::new();
+    let mut capture_results: Vec<(u64, CaptureOutcome)> = Vec::new();
     let mut backoff = Duration::from_millis(200);
     let mut last_complaint = String::new();
     while !stop.load(Ordering::Relaxed) {
@@ -71,16 +74,22 @@ pub fn run_poller(
             host: link.host.clone(),
             after,
             results: results.clone(),
+            capture_results: capture_results.clone(),
             wait_ms: wait.as_millis() as u64,
         };
         match link.collector.poll(&req) {
             Ok(resp) => {
                 results.clear();
+                capture_results.clear();
                 after = Some(resp.cursor);
                 for q in resp.commands {
                     tracing::info!(id = q.id, op = q.command.op.as_str(), selector = ?q.command.selector, "control command from the collector");
                     // (exec counts the request and its outcome)
                     results.push((q.id, exec(&q.command)));
+                }
+                for q in resp.captures {
+                    tracing::info!(id = q.id, period_ms = q.capture.period_ms, "capture from the collector");
+                    capture_results.push((q.id, capture(&q.capture)));
                 }
                 backoff = Duration::from_millis(200);
                 last_complaint.clear();

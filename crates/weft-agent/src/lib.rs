@@ -5,8 +5,9 @@
 //! spans (with `weft_weave::probe`, where the mapping table is), and ships them to the
 //! collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
 //! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
-//! local socket or from the collector's control API; it runs the collector's live queries in
-//! the processes and ships their merged partial results.
+//! local socket or from the collector's control API — runs the collector's live queries in the
+//! processes (shipping merged partial results), and runs EXIST's bounded captures of a service's
+//! function calls on the collector's request.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
 //!   restarts, commits).
@@ -21,10 +22,14 @@
 //!   probe level ([`live::ProbeLevel`]; built: weft-probe tracepoints in the traced processes),
 //!   collect and merge their partials every interval, ship one partial per query and window.
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
-//! * [`capture`]: EXIST's on-demand bounded captures — so far the usage-aware allocator of
-//!   per-core AUX buffers within the node's budget ([`capture::alloc`]) and its live inputs,
-//!   per-core utilization and a process's recent cores read from `/proc` ([`capture::usage`]);
-//!   the capture controller is not built yet (`docs/captures.md`).
+//! * [`capture`]: EXIST's on-demand bounded captures — the usage-aware allocator of per-core
+//!   buffers within the node's budget ([`capture::alloc`]) and its `/proc` inputs
+//!   ([`capture::usage`]); the capture engine ([`capture::engine`]: target resolution, the
+//!   software backend — uprobes on the target's functions —, the operation-aware per-core
+//!   controller, the period timer, release of everything); and the captures the collector
+//!   requests, woven into the request spans the agent drains and shipped with them
+//!   ([`capture::remote`]). Intel PT is detected and refused with a clear message: only the
+//!   software backend captures (`docs/captures.md`).
 //! * [`cli`]: the command line ([`cli::Args`], [`cli::run`]) of both `weft agent` and the lean
 //!   `weft-agent` binary of this package (no DataFusion, Arrow or UI in it).
 //!

@@ -24,6 +24,7 @@ pub struct Metrics {
     pub event_spans: AtomicU64,
     pub spans_incomplete: AtomicU64,
     pub spans_evicted: AtomicU64,
+    pub endpoint_resources_full: AtomicU64,
     pub orphans_dropped: AtomicU64,
     pub pins_released: AtomicU64,
     pub batches_spooled: AtomicU64,
@@ -162,6 +163,12 @@ impl Metrics {
             "Open spans emitted early (open-span bound).",
             "counter",
             g(&self.spans_evicted),
+        );
+        c(
+            "weft_agent_endpoint_resources_full_total",
+            "Spans whose endpoint service was past the distinct ones kept per process (kept the process's resource).",
+            "counter",
+            g(&self.endpoint_resources_full),
         );
         c(
             "weft_agent_orphans_dropped_total",

@@ -42,6 +42,9 @@ impl SenderConfig {
         Client::new(&ClientOptions {
             timeout: self.timeout,
             connect_timeout: Some(Duration::from_secs(2)),
+            // A batch leaves the spool on the acknowledgement: it must survive a crash of the
+            // collector's machine by then, whatever the collector's fsync period.
+            ack_after_fsync: true,
             ..ClientOptions::new(&self.endpoint)
         })
     }
@@ -64,6 +67,7 @@ pub fn run(
     let url = client.url().to_owned();
     let mut retries = cfg.policy().retries(Rng::from_time().next_u64());
     let mut stop_at: Option<Instant> = None;
+    let mut warned_unsynced = false;
     loop {
         if stop.load(Ordering::Relaxed) {
             let at = *stop_at.get_or_insert_with(|| Instant::now() + linger);
@@ -83,7 +87,15 @@ pub fn run(
         };
         let t0 = Instant::now();
         match client.send(&batch.payload, batch.gzip) {
-            Outcome::Acked { rejected } => {
+            Outcome::Acked { rejected, fsynced } => {
+                if !fsynced && !warned_unsynced {
+                    warned_unsynced = true;
+                    tracing::warn!(
+                        url = %url,
+                        "the collector acknowledges without confirming an fsync (not weft serve, or an older one): \
+                         a crash of its machine can lose batches already deleted from the spool"
+                    );
+                }
                 metrics.collector_up.store(true, Ordering::Relaxed);
                 metrics.batches_sent.fetch_add(1, Ordering::Relaxed);
                 metrics

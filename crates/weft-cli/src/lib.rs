@@ -10,6 +10,8 @@
 //! * [`control_token`]: the control API's bearer token from `--control-token`,
 //!   `--control-token-file` or `WEFT_CONTROL_TOKEN` (a file or the environment keep it out of
 //!   the process list).
+//! * [`query_url_near`]: the base URL of `weft serve`'s query listener (metrics, control API)
+//!   on the host of an ingest URL, for clients given only the OTLP/HTTP URL.
 
 pub mod progress;
 pub mod units;
@@ -69,9 +71,22 @@ pub fn control_token(token: Option<&str>, file: Option<&std::path::Path>) -> any
     Ok((!t.is_empty()).then(|| t.to_string()))
 }
 
+/// The query listener of the `weft serve` that takes spans at `ingest` (an `http://` base
+/// URL): the same host on port 16686, the query listener's default. The OTLP/HTTP port serves
+/// ingest only; metrics and the control API live on the query listener.
+pub fn query_url_near(ingest: &str) -> String {
+    let rest = ingest.strip_prefix("http://").unwrap_or(ingest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if !port.contains(']') => h,
+        _ => authority,
+    };
+    format!("http://{host}:16686")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::control_token;
+    use super::{control_token, query_url_near};
 
     #[test]
     fn control_token_from_flag_file_or_none() {
@@ -87,5 +102,14 @@ mod tests {
         let missing = control_token(None, Some(&dir.join("nope"))).unwrap_err().to_string();
         assert!(missing.contains("--control-token-file") && missing.contains("nope"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_query_url_is_port_16686_of_the_ingest_host() {
+        assert_eq!(query_url_near("http://127.0.0.1:4318"), "http://127.0.0.1:16686");
+        assert_eq!(query_url_near("http://collector.lan:9999/base"), "http://collector.lan:16686");
+        assert_eq!(query_url_near("http://[::1]:4318"), "http://[::1]:16686");
+        assert_eq!(query_url_near("http://[::1]"), "http://[::1]:16686");
+        assert_eq!(query_url_near("http://node7"), "http://node7:16686");
     }
 }

@@ -1,22 +1,28 @@
 //! The client of the collector's control API (`weft serve`): agents post their congestion
 //! reports (`POST /api/agents/report`), long-poll for commands (`POST /api/control/poll`,
-//! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`). Spans do not travel here: they go to the collector's OTLP receiver.
+//! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`); tools submit probe commands (`POST /api/control/probes`) and read the agents'
+//! reports (`GET /api/control/agents`). Spans do not travel here: they go to the collector's
+//! OTLP receiver.
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-use crate::proto::{AgentReport, PollRequest, PollResponse};
+use crate::proto::{AgentReport, CommandResult, PollRequest, PollResponse, ProbeCommand};
 
 /// Route of the agents' congestion reports (bearer token: a report registers an agent).
 pub const REPORT_ROUTE: &str = "/api/agents/report";
 /// Route of the agents' command long poll (bearer token).
 pub const POLL_ROUTE: &str = "/api/control/poll";
-
 /// Route of the agents' live-query exchange (bearer token).
 pub const LIVE_ROUTE: &str = "/api/control/live";
+/// Route of probe commands (bearer token).
+pub const PROBES_ROUTE: &str = "/api/control/probes";
+/// Route of the agents seen, with their last reports (bearer token).
+pub const AGENTS_ROUTE: &str = "/api/control/agents";
 
-/// Largest poll answer read, in bytes.
+/// Largest poll, command or agents answer read, in bytes.
 const MAX_POLL_ANSWER: u64 = 16 << 20;
 /// How long a report may take.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,6 +46,50 @@ pub enum ClientError {
     Answer { route: &'static str, detail: String },
 }
 
+/// The collector's answer to a probe command: its results so far.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct CommandStatus {
+    /// The command's id at the collector.
+    pub id: u64,
+    /// Agents the command was queued for.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// Results of the agents that answered.
+    #[serde(default)]
+    pub results: Vec<CommandResult>,
+    /// Every targeted agent answered.
+    #[serde(default)]
+    pub complete: bool,
+    /// Tracepoints matched, over every process.
+    #[serde(default)]
+    pub matched: usize,
+    /// Processes that acknowledged.
+    #[serde(default)]
+    pub applied_processes: usize,
+    /// Why nothing was switched (no agent polling).
+    #[serde(default)]
+    pub warning: Option<String>,
+}
+
+/// One agent as the collector knows it.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+pub struct AgentStatus {
+    /// The agent's name.
+    pub agent: String,
+    /// Its host.
+    #[serde(default)]
+    pub host: String,
+    /// Since its last request.
+    #[serde(default)]
+    pub last_seen_ms_ago: u64,
+    /// It long-polls for commands.
+    #[serde(default)]
+    pub polling: bool,
+    /// Its last congestion report.
+    #[serde(default)]
+    pub report: Option<AgentReport>,
+}
+
 /// The collector's control API at one base URL, with the bearer token if there is one.
 #[derive(Debug, Clone)]
 pub struct Collector {
@@ -49,8 +99,8 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// `base` is `http://host:port` of any of the collector's HTTP listeners (a trailing `/` or
-    /// `/v1/traces` is ignored, so the agent's OTLP endpoint works too). Without `token` only
+    /// `base` is `http://host:port` of the collector's query listener, which serves the control
+    /// API (a trailing `/` or `/v1/traces` is ignored). Without `token` only
     /// [`Collector::report`] works.
     pub fn new(base: &str, token: Option<String>) -> Collector {
         let b = base.trim_end_matches('/');
@@ -80,30 +130,69 @@ impl Collector {
 
     /// Return results and wait (up to `req.wait_ms`, which the collector caps) for new commands.
     pub fn poll(&self, req: &PollRequest) -> Result<PollResponse, ClientError> {
-        self.long_poll(POLL_ROUTE, req, req.wait_ms)
+        let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
+        let r = self.post(POLL_ROUTE, req, timeout, true)?;
+        read_json(POLL_ROUTE, r)
     }
 
     /// Deliver partials and learn (waiting up to `req.wait_ms`) which live queries to run.
     pub fn live_sync(&self, req: &crate::live::LiveSync) -> Result<crate::live::LiveAnswer, ClientError> {
-        self.long_poll(LIVE_ROUTE, req, req.wait_ms)
+        let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
+        let r = self.post(LIVE_ROUTE, req, timeout, true)?;
+        read_json(LIVE_ROUTE, r)
     }
 
-    fn long_poll<T: serde::de::DeserializeOwned>(
+    /// Submit a probe command and wait up to `wait` (the collector caps it at 30 s) for every
+    /// targeted agent's result.
+    pub fn submit(&self, command: &ProbeCommand, wait: Duration) -> Result<CommandStatus, ClientError> {
+        let route = PROBES_ROUTE;
+        let query = format!("?wait={}ms", wait.as_millis());
+        let r = self.send(route, &query, Some(command), wait + POLL_SLACK)?;
+        read_json(route, r)
+    }
+
+    /// The agents the collector has seen, with their last congestion reports.
+    pub fn agents(&self) -> Result<Vec<AgentStatus>, ClientError> {
+        let r = self.send(AGENTS_ROUTE, "", None::<&()>, REPORT_TIMEOUT)?;
+        read_json(AGENTS_ROUTE, r)
+    }
+
+    fn send(
         &self,
         route: &'static str,
-        req: &impl Serialize,
-        wait_ms: u64,
-    ) -> Result<T, ClientError> {
-        let timeout = Duration::from_millis(wait_ms) + POLL_SLACK;
-        let mut r = self.post(route, req, timeout, true)?;
-        let answer = |detail: String| ClientError::Answer { route, detail };
-        let bytes = r
-            .body_mut()
-            .with_config()
-            .limit(MAX_POLL_ANSWER)
-            .read_to_vec()
-            .map_err(|e| answer(e.to_string()))?;
-        serde_json::from_slice(&bytes).map_err(|e| answer(e.to_string()))
+        query: &str,
+        body: Option<&impl Serialize>,
+        timeout: Duration,
+    ) -> Result<ureq::http::Response<ureq::Body>, ClientError> {
+        let token = self.token.as_deref().ok_or(ClientError::NoToken)?;
+        let url = format!("{}{query}", self.url(route));
+        let auth = format!("Bearer {token}");
+        let transport = |e: ureq::Error| ClientError::Transport { route, detail: e.to_string() };
+        let r = match body {
+            Some(b) => {
+                let bytes = serde_json::to_vec(b)
+                    .map_err(|e| ClientError::Transport { route, detail: e.to_string() })?;
+                self.http
+                    .post(&url)
+                    .config()
+                    .timeout_global(Some(timeout))
+                    .build()
+                    .header("Content-Type", "application/json")
+                    .header("Authorization", &auth)
+                    .send(&bytes[..])
+                    .map_err(transport)?
+            }
+            None => self
+                .http
+                .get(&url)
+                .config()
+                .timeout_global(Some(timeout))
+                .build()
+                .header("Authorization", &auth)
+                .call()
+                .map_err(transport)?,
+        };
+        check(route, r, true)
     }
 
     fn post(
@@ -127,13 +216,33 @@ impl Collector {
             req = req.header("Authorization", &format!("Bearer {token}"));
         }
         let r = req.send(&body[..]).map_err(|e| ClientError::Transport { route, detail: e.to_string() })?;
-        match r.status().as_u16() {
-            s if (200..300).contains(&s) => Ok(r),
-            401 | 403 if auth => Err(ClientError::Unauthorized),
-            404 if auth => Err(ClientError::Disabled),
-            status => Err(ClientError::Status { route, status }),
-        }
+        check(route, r, auth)
     }
+}
+
+/// A 2xx answer, or the error its status means.
+fn check(
+    route: &'static str,
+    r: ureq::http::Response<ureq::Body>,
+    auth: bool,
+) -> Result<ureq::http::Response<ureq::Body>, ClientError> {
+    match r.status().as_u16() {
+        s if (200..300).contains(&s) => Ok(r),
+        401 | 403 if auth => Err(ClientError::Unauthorized),
+        404 if auth => Err(ClientError::Disabled),
+        status => Err(ClientError::Status { route, status }),
+    }
+}
+
+/// A bounded JSON answer.
+fn read_json<T: DeserializeOwned>(
+    route: &'static str,
+    mut r: ureq::http::Response<ureq::Body>,
+) -> Result<T, ClientError> {
+    let answer = |detail: String| ClientError::Answer { route, detail };
+    let bytes =
+        r.body_mut().with_config().limit(MAX_POLL_ANSWER).read_to_vec().map_err(|e| answer(e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| answer(e.to_string()))
 }
 
 #[cfg(test)]
@@ -156,8 +265,22 @@ mod tests {
     #[test]
     fn a_poll_without_token_is_refused_before_sending() {
         let c = Collector::new("http://127.0.0.1:9", None);
-        let req =
-            PollRequest { agent: "a".into(), host: "h".into(), after: None, results: vec![], wait_ms: 0 };
+        let req = PollRequest {
+            agent: "a".into(),
+            host: "h".into(),
+            after: None,
+            wait_ms: 0,
+            ..Default::default()
+        };
         assert_eq!(c.poll(&req).unwrap_err(), ClientError::NoToken);
+        assert_eq!(c.agents().unwrap_err(), ClientError::NoToken);
+        let list = ProbeCommand {
+            op: crate::proto::ProbeOp::List,
+            selector: None,
+            pid: None,
+            service: None,
+            agent: None,
+        };
+        assert_eq!(c.submit(&list, Duration::ZERO).unwrap_err(), ClientError::NoToken);
     }
 }

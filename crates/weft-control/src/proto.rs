@@ -5,6 +5,9 @@
 //! * Collector control (`POST /api/control/probes`, bearer token): a [`ProbeCommand`] (with an
 //!   optional `agent` filter); agents fetch commands with [`PollRequest`] → [`PollResponse`] and
 //!   return one [`CommandResult`] each.
+//! * EXIST captures (`POST /api/control/captures`, bearer token): a [`CaptureCommand`]; agents
+//!   receive them in [`PollResponse::captures`] and return one [`CaptureOutcome`] each in
+//!   [`PollRequest::capture_results`].
 //! * Congestion reports (`POST /api/agents/report`): an [`AgentReport`].
 //!
 //! Every message is bounded ([`MAX_MESSAGE_BYTES`]) and checked by [`ProbeCommand::validate`]
@@ -208,8 +211,151 @@ pub struct QueuedCommand {
     pub command: ProbeCommand,
 }
 
-/// Agent → collector: results of executed commands, and a request for new ones.
+/// An EXIST capture request: trace a target's function calls for a bounded period.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureCommand {
+    /// The target process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The target service (processes whose comm or program name is this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The target cgroup (v2 directory on the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// The period in milliseconds (100..=2000 unless `force`).
+    pub period_ms: u64,
+    /// `auto` (default) or a CPU list (`0-3,6`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<String>,
+    /// This capture's memory budget in bytes (default: what is left of the node's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_bytes: Option<u64>,
+    /// `software` (default) or `intel_pt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Globs over function names; empty = every function of the module.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<String>,
+    /// The binary or library probed (default: the target's executable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// Accept a period outside 100..=2000 ms.
+    #[serde(default)]
+    pub force: bool,
+    /// Collector only: only agents whose name matches this glob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+impl CaptureCommand {
+    /// Parse and check a JSON capture request (bounded; never panics).
+    pub fn parse(bytes: &[u8]) -> Result<CaptureCommand, CommandError> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(CommandError::TooLarge(bytes.len()));
+        }
+        let cmd: CaptureCommand =
+            serde_json::from_slice(bytes).map_err(|e| CommandError::Json(e.to_string()))?;
+        cmd.validate()?;
+        Ok(cmd)
+    }
+
+    /// Check the fields the collector can check (the node checks the rest: the target, the
+    /// cores, the budget against its allocator).
+    pub fn validate(&self) -> Result<(), CommandError> {
+        let field = |field: &'static str, detail: &str| CommandError::Field { field, detail: detail.into() };
+        let targets = [self.pid.is_some(), self.service.is_some(), self.cgroup.is_some()];
+        if targets.iter().filter(|t| **t).count() != 1 {
+            return Err(field("pid", "give exactly one target: pid, service or cgroup"));
+        }
+        if self.pid == Some(0) {
+            return Err(field("pid", "0 is not a process id"));
+        }
+        for (name, v) in [
+            ("service", &self.service),
+            ("cgroup", &self.cgroup),
+            ("module", &self.module),
+            ("agent", &self.agent),
+        ] {
+            if let Some(v) = v
+                && (v.is_empty() || v.len() > 1024)
+            {
+                return Err(field(name, "must be 1..=1024 bytes"));
+            }
+        }
+        if !self.force && !(100..=2000).contains(&self.period_ms) {
+            return Err(field("period_ms", "must be 100..=2000 (or set force)"));
+        }
+        if self.period_ms == 0 || self.period_ms > 60_000 {
+            return Err(field("period_ms", "must be 1..=60000 even with force"));
+        }
+        if let Some(b) = self.backend.as_deref()
+            && !matches!(b, "software" | "intel_pt")
+        {
+            return Err(field("backend", "must be software or intel_pt"));
+        }
+        if self.functions.len() > 256 || self.functions.iter().any(|f| f.is_empty() || f.len() > 256) {
+            return Err(field("functions", "at most 256 globs of 1..=256 bytes"));
+        }
+        Ok(())
+    }
+
+    /// Does this capture address the agent `name`?
+    pub fn targets_agent(&self, name: &str) -> bool {
+        self.agent.as_deref().is_none_or(|g| glob_match(g, name))
+    }
+}
+
+/// A capture queued at the collector.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedCapture {
+    /// Increasing id (shared with the probe commands' ids).
+    pub id: u64,
+    pub capture: CaptureCommand,
+}
+
+/// What one agent's capture came to.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CaptureOutcome {
+    pub agent: String,
+    pub host: String,
+    /// Refused or failed, and why (nothing was traced then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    /// Tracers on and off, ns since the epoch.
+    #[serde(default)]
+    pub start_ns: u64,
+    #[serde(default)]
+    pub end_ns: u64,
+    #[serde(default)]
+    pub calls: u64,
+    #[serde(default)]
+    pub switches: u64,
+    /// Function spans shipped to the collector (OTLP, through the agent's spool).
+    #[serde(default)]
+    pub spans: u64,
+    /// Spans placed inside a request span of the target.
+    #[serde(default)]
+    pub in_requests: u64,
+    #[serde(default)]
+    pub start_latency_us: u64,
+    #[serde(default)]
+    pub stop_latency_us: u64,
+    #[serde(default)]
+    pub control_ops: u64,
+    #[serde(default)]
+    pub full_cores: Vec<u32>,
+    #[serde(default)]
+    pub lost: u64,
+    #[serde(default)]
+    pub target_exited: bool,
+}
+
+/// Agent → collector: results of executed commands, and a request for new ones.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct PollRequest {
     pub agent: String,
     pub host: String,
@@ -220,6 +366,9 @@ pub struct PollRequest {
     /// Results of commands executed since the last poll, by command id.
     #[serde(default)]
     pub results: Vec<(u64, CommandResult)>,
+    /// Outcomes of captures run since the last poll, by capture id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capture_results: Vec<(u64, CaptureOutcome)>,
     /// How long the collector may hold the request waiting for a command (capped at 30 s).
     #[serde(default)]
     pub wait_ms: u64,
@@ -231,6 +380,9 @@ pub struct PollResponse {
     /// The cursor to send as `after` next time.
     pub cursor: u64,
     pub commands: Vec<QueuedCommand>,
+    /// Captures to run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub captures: Vec<QueuedCapture>,
 }
 
 /// One instrumented process in an [`AgentReport`] (VAIF's congestion signal).
@@ -291,6 +443,23 @@ pub struct AgentReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn captures_validate_with_named_fields() {
+        let c =
+            CaptureCommand::parse(br#"{"pid": 42, "period_ms": 500, "functions": ["handle_*"]}"#).unwrap();
+        assert_eq!((c.pid, c.period_ms, c.functions.len()), (Some(42), 500, 1));
+        assert!(c.targets_agent("node-1"));
+        let err = |j: &str| CaptureCommand::parse(j.as_bytes()).unwrap_err().to_string();
+        assert!(err(r#"{"period_ms": 500}"#).contains("exactly one target"));
+        assert!(err(r#"{"pid": 1, "service": "x", "period_ms": 500}"#).contains("exactly one target"));
+        assert!(err(r#"{"pid": 1, "period_ms": 50}"#).contains("field period_ms: must be 100..=2000"));
+        assert!(
+            err(r#"{"pid": 1, "period_ms": 3000, "force": true, "backend": "pt"}"#).contains("field backend")
+        );
+        assert!(err(r#"{"pid": 1, "period_ms": 500, "bogus": 1}"#).contains("unknown field"));
+        assert!(CaptureCommand::parse(br#"{"service": "s", "period_ms": 3000, "force": true}"#).is_ok());
+    }
 
     #[test]
     fn commands_validate_with_named_fields() {

@@ -2,7 +2,10 @@
 //! switches tracepoints and says whether the tracing pipeline is congested. The same loop runs
 //! live (the collector's read API for traces, its control API — `POST /api/control/probes`
 //! with a [`ProbeCommand`] — for switching, agents' reports for congestion) and in replay
-//! ([`Replay`]: exhaustive traces shown as if only the enabled tracepoints were on).
+//! ([`Replay`]: exhaustive traces shown as if only the enabled tracepoints were on). The live
+//! backend is [`live::Live`].
+
+pub mod live;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufReader, Read};
@@ -160,11 +163,34 @@ impl<I: Iterator<Item = Vec<Span>>> Backend for Replay<I> {
     }
 }
 
+/// Spans grouped by trace, the traces in order of first appearance.
+#[derive(Default)]
+pub(crate) struct ByTrace {
+    order: Vec<TraceId>,
+    traces: std::collections::HashMap<TraceId, Vec<Span>>,
+}
+
+impl ByTrace {
+    pub(crate) fn push(&mut self, s: Span) {
+        let order = &mut self.order;
+        self.traces
+            .entry(s.trace_id)
+            .or_insert_with(|| {
+                order.push(s.trace_id);
+                Vec::new()
+            })
+            .push(s);
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<Vec<Span>> {
+        self.order.into_iter().filter_map(|t| self.traces.remove(&t)).collect()
+    }
+}
+
 /// Reads trace files in any format weft reads (detected from the content, else the name),
 /// and returns their traces in order of first appearance, each its spans.
 pub fn read_traces(paths: &[impl AsRef<Path>]) -> Result<Vec<Vec<Span>>, Error> {
-    let mut order: Vec<TraceId> = Vec::new();
-    let mut by_trace: std::collections::HashMap<TraceId, Vec<Span>> = std::collections::HashMap::new();
+    let mut by_trace = ByTrace::default();
     for path in paths {
         let path = path.as_ref();
         let name = path.display().to_string();
@@ -183,21 +209,13 @@ pub fn read_traces(paths: &[impl AsRef<Path>]) -> Result<Vec<Vec<Span>>, Error> 
         loop {
             batch.clear();
             let more = reader.next_batch(&mut batch, 10_000).map_err(codec)?;
-            for s in batch.drain(..) {
-                by_trace
-                    .entry(s.trace_id)
-                    .or_insert_with(|| {
-                        order.push(s.trace_id);
-                        Vec::new()
-                    })
-                    .push(s);
-            }
+            batch.drain(..).for_each(|s| by_trace.push(s));
             if !more {
                 break;
             }
         }
     }
-    Ok(order.into_iter().filter_map(|t| by_trace.remove(&t)).collect())
+    Ok(by_trace.finish())
 }
 
 #[cfg(test)]

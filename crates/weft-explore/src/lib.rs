@@ -12,9 +12,10 @@
 //! * [`strategy`]: hierarchical and flat search inside a critical-path edge;
 //! * [`explore`]: the loop — per epoch and request type: group, decide (variance, consistently
 //!   slow, keys), enable within a budget, record — over a [`backend::Backend`];
-//! * [`backend`]: that trait and [`backend::Replay`], which replays exhaustive trace files
-//!   with only the enabled tracepoints showing (the live backend, over the collector's read
-//!   and control APIs, is not built yet);
+//! * [`backend`]: that trait, [`backend::Replay`], which replays exhaustive trace files with
+//!   only the enabled tracepoints showing, and [`backend::live::Live`], a running collector's
+//!   read API (traces), control API (switching, with what it enabled persisted and undone on
+//!   the next start after a crash) and agents' reports (congestion);
 //! * [`forest`]: the hypothesis forest, stored as JSON, rendered as text, and asked why a
 //!   tracepoint is on.
 

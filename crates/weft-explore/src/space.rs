@@ -18,7 +18,8 @@
 //!
 //! **Matching** ([`SearchSpace::match_path`]): a group's critical path, seen with only some
 //! tracepoints on, matches a potential path of its request type when it is a subsequence of
-//! it (pythia's regular expression `.*A.*B.*C.*`); of several, the most frequent wins.
+//! it (pythia's regular expression `.*A.*B.*C.*`) that skips no always-on record; of several,
+//! the most frequent wins.
 //!
 //! A file that names a tracepoint it does not list, has broken bins, or repeats a tracepoint
 //! is refused with a [`SpaceError`] naming the item.
@@ -316,17 +317,24 @@ impl SearchSpace {
     }
 
     /// The most frequent potential path of `request_type` of which `records` is a
-    /// subsequence, with the position of each of `records` in it.
+    /// subsequence, with the position of each of `records` in it. A path with an always-on
+    /// record that `records` lacks is not a match: that tracepoint would show (a rare path
+    /// without one of the common path's server or client spans is not the common path).
     pub fn match_path(&self, request_type: &str, records: &[&str]) -> Option<(&PotentialPath, Vec<usize>)> {
+        let skips_always_on =
+            |skipped: &[String]| skipped.iter().any(|x| matches_any(&self.always_on, unit_of(x)));
         self.paths.iter().filter(|p| p.request_type == request_type).find_map(|p| {
             let mut pos = Vec::with_capacity(records.len());
             let mut at = 0;
             for r in records {
                 let k = p.records[at..].iter().position(|x| x == r)?;
+                if skips_always_on(&p.records[at..at + k]) {
+                    return None;
+                }
                 pos.push(at + k);
                 at += k + 1;
             }
-            Some((p, pos))
+            (!skips_always_on(&p.records[at..])).then_some((p, pos))
         })
     }
 }
@@ -625,12 +633,21 @@ mod tests {
         assert_eq!(s.paths[0].frequency, 2);
         assert!(s.paths[0].records.contains(&"b:exit".to_owned()));
         assert_eq!(s.ancestors("b"), ["rpc", "get"]);
-        let (p, pos) = s.match_path("get", &["get:entry", "b:exit", "get:exit"]).unwrap();
+        // A group sees the always-on records and some others.
+        let seen = |p: &PotentialPath, extra: &str| -> Vec<String> {
+            let on = |r: &String| matches_any(&s.always_on, unit_of(r)) || r == extra;
+            p.records.iter().filter(|r| on(r)).cloned().collect()
+        };
+        let via_b = seen(&s.paths[0], "b:exit");
+        let (p, pos) = s.match_path("get", &via_b.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         assert_eq!(p.frequency, 2);
-        assert_eq!(pos.len(), 3);
-        let (p, _) = s.match_path("get", &["get:entry", "a:exit", "get:exit"]).unwrap();
+        assert_eq!(pos.len(), via_b.len());
+        let via_a = seen(&s.paths[1], "a:exit");
+        let (p, _) = s.match_path("get", &via_a.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         assert_eq!(p.frequency, 1);
         assert!(s.match_path("get", &["b:exit", "get:entry"]).is_none());
+        // Without the always-on rpc records it is not these paths.
+        assert!(s.match_path("get", &["get:entry", "b:exit", "get:exit"]).is_none());
         let text = s.to_toml();
         let back = SearchSpace::parse(&text, "s.toml").unwrap();
         assert_eq!(back, s);

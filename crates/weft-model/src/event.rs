@@ -268,6 +268,10 @@ pub struct Ipv4Header {
     pub src_port: u16,
     /// Transport destination port, 0 if unknown.
     pub dst_port: u16,
+    /// TCP sequence number, 0 if unknown or not TCP.
+    pub tcp_seq: u32,
+    /// TCP acknowledgement number, 0 if unknown or not TCP.
+    pub tcp_ack: u32,
 }
 
 /// A network event (Columbo's NetworkEnqueue/Dequeue/Drop, plus stock ns-3's receive).

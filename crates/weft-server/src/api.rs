@@ -77,7 +77,10 @@ pub async fn with_timeout<T>(
             state.metrics.query_error(api);
             Err(ApiError {
                 status: StatusCode::GATEWAY_TIMEOUT,
-                message: format!("query exceeded the {} s limit", state.config.query_timeout.as_secs_f64()),
+                message: format!(
+                    "query exceeded the {} s limit (weft serve --query-timeout); it was cancelled",
+                    state.config.query_timeout.as_secs_f64()
+                ),
             })
         }
     }

@@ -6,6 +6,9 @@
 //! | `POST /api/control/probes[?wait=2s]` | bearer | queue a [`ProbeCommand`] (JSON) for the agents; with `wait`, answer once every targeted agent reported (or the wait ended) |
 //! | `GET /api/control/probes` | bearer | recent commands |
 //! | `GET /api/control/probes/{id}` | bearer | a command with its results per agent and process |
+//! | `POST /api/control/captures[?wait=3s]` | bearer | queue an EXIST [`CaptureCommand`] (JSON) for the agents; with `wait`, answer once every targeted agent returned its [`CaptureOutcome`] (or the wait ended) |
+//! | `GET /api/control/captures` | bearer | recent captures |
+//! | `GET /api/control/captures/{id}` | bearer | a capture with its outcome per agent |
 //! | `GET /api/control/agents` | bearer | agents seen, with their last report |
 //! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
 //! | `/api/control/queries…`, `POST /api/control/live` | bearer | live queries: see [`crate::live`] |
@@ -34,7 +37,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 use weft_control::proto::{
-    AgentReport, CommandResult, MAX_MESSAGE_BYTES, PollRequest, PollResponse, ProbeCommand, QueuedCommand,
+    AgentReport, CaptureCommand, CaptureOutcome, CommandResult, MAX_MESSAGE_BYTES, PollRequest, PollResponse,
+    ProbeCommand, QueuedCapture, QueuedCommand,
 };
 use weft_probe::select::glob_match;
 
@@ -56,6 +60,14 @@ struct Entry {
     results: BTreeMap<String, CommandResult>,
 }
 
+struct CaptureEntry {
+    id: u64,
+    capture: CaptureCommand,
+    created: SystemTime,
+    targets: Vec<String>,
+    results: BTreeMap<String, CaptureOutcome>,
+}
+
 struct AgentEntry {
     host: String,
     last_seen: Instant,
@@ -67,7 +79,26 @@ struct AgentEntry {
 struct Hub {
     next_id: u64,
     commands: VecDeque<Entry>,
+    captures: VecDeque<CaptureEntry>,
     agents: HashMap<String, AgentEntry>,
+    /// Agents forgotten to make room past [`MAX_AGENTS`].
+    agents_evicted: u64,
+}
+
+impl Hub {
+    /// The agents polling now whose name `glob` matches (all without one), sorted.
+    fn polling_agents(&self, glob: Option<&str>) -> Vec<String> {
+        let mut t: Vec<String> = self
+            .agents
+            .iter()
+            .filter(|(name, a)| {
+                a.polling && a.last_seen.elapsed() < AGENT_STALE && glob.is_none_or(|g| glob_match(g, name))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        t.sort();
+        t
+    }
 }
 
 /// Counters of the control API.
@@ -171,6 +202,7 @@ impl ControlHub {
             let oldest = hub.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 hub.agents.remove(&k);
+                hub.agents_evicted += 1;
             }
         }
         let e = hub.agents.entry(agent.to_string()).or_insert_with(|| AgentEntry {
@@ -183,6 +215,23 @@ impl ControlHub {
         e.host = host.to_string();
         e.polling |= polling;
         true
+    }
+
+    /// A submission's token and `?wait=` parameter.
+    fn admit(&self, headers: &HeaderMap, q: &WaitParam) -> Result<Option<Duration>, ApiError> {
+        self.check_wait(headers, q.wait.as_deref())
+    }
+
+    /// Waits up to `w` until `done` holds (checked at every change of the hub).
+    async fn wait_for(&self, w: Duration, done: impl Fn(&Hub) -> bool) {
+        let deadline = tokio::time::Instant::now() + w;
+        loop {
+            let notified = self.notify.notified();
+            if done(&self.lock()) || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
     }
 
     /// Prometheus text for the agents' reports (appended to `/metrics`).
@@ -214,6 +263,11 @@ impl ControlHub {
         let _ = writeln!(
             o,
             "# HELP weft_agents Agents seen in the last minute.\n# TYPE weft_agents gauge\nweft_agents {live}"
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_agents_evicted_total Agents forgotten to make room (at most {MAX_AGENTS} are remembered).\n# TYPE weft_agents_evicted_total counter\nweft_agents_evicted_total {}",
+            hub.agents_evicted
         );
         type G = fn(&weft_control::proto::ProcessReport) -> String;
         let per: [(&str, &str, G); 5] = [
@@ -286,6 +340,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/api/control/probes", post(submit).get(list_commands))
         .route("/api/control/probes/{id}", get(get_command))
+        .route("/api/control/captures", post(submit_capture).get(list_captures))
+        .route("/api/control/captures/{id}", get(get_capture))
         .route("/api/control/agents", get(list_agents))
         .route("/api/control/poll", post(poll))
         .route("/api/agents/report", post(report))
@@ -341,7 +397,7 @@ fn view(e: &Entry) -> CommandView {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
         targets: e.targets.clone(),
-        complete: e.targets.iter().all(|t| e.results.contains_key(t)),
+        complete: Queued::complete(e),
         results,
         matched,
         applied_processes,
@@ -392,20 +448,7 @@ async fn submit(
         let mut hub = c.lock();
         let id = hub.next_id;
         hub.next_id += 1;
-        let targets: Vec<String> = {
-            let mut t: Vec<String> = hub
-                .agents
-                .iter()
-                .filter(|(name, a)| {
-                    a.polling
-                        && a.last_seen.elapsed() < AGENT_STALE
-                        && cmd.agent.as_deref().is_none_or(|g| glob_match(g, name))
-                })
-                .map(|(n, _)| n.clone())
-                .collect();
-            t.sort();
-            t
-        };
+        let targets = hub.polling_agents(cmd.agent.as_deref());
         if hub.commands.len() >= MAX_COMMANDS {
             hub.commands.pop_front();
         }
@@ -421,50 +464,98 @@ async fn submit(
     c.counters.commands.fetch_add(1, Ordering::Relaxed);
     tracing::info!(id, "control command queued");
     c.notify.notify_waiters();
+    submitted(c, wait, id, |hub| &hub.commands).await
+}
+
+/// A queued command or capture, as the routes show it.
+trait Queued {
+    type View: Serialize;
+    /// `command` or `capture`, for messages.
+    const WHAT: &'static str;
+    fn id(&self) -> u64;
+    fn view(&self) -> Self::View;
+    /// Every targeted agent answered.
+    fn complete(&self) -> bool;
+}
+
+impl Queued for Entry {
+    type View = CommandView;
+    const WHAT: &'static str = "command";
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn view(&self) -> CommandView {
+        view(self)
+    }
+    fn complete(&self) -> bool {
+        self.targets.iter().all(|t| self.results.contains_key(t))
+    }
+}
+
+impl Queued for CaptureEntry {
+    type View = CaptureView;
+    const WHAT: &'static str = "capture";
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn view(&self) -> CaptureView {
+        capture_view(self)
+    }
+    fn complete(&self) -> bool {
+        self.targets.iter().all(|t| self.results.contains_key(t))
+    }
+}
+
+/// The answer to a submission: after `wait` (if any) for every targeted agent, the entry
+/// (200 when complete, 202 when not).
+async fn submitted<E: Queued>(
+    c: &ControlHub,
+    wait: Option<Duration>,
+    id: u64,
+    list: fn(&Hub) -> &VecDeque<E>,
+) -> Response {
     if let Some(w) = wait {
-        let deadline = tokio::time::Instant::now() + w;
-        loop {
-            let notified = c.notify.notified();
-            let done = c.lock().commands.iter().find(|e| e.id == id).is_none_or(|e| view(e).complete);
-            if done || tokio::time::Instant::now() >= deadline {
-                break;
-            }
-            let _ = tokio::time::timeout_at(deadline, notified).await;
-        }
+        c.wait_for(w, |hub| list(hub).iter().find(|e| e.id() == id).is_none_or(E::complete)).await;
     }
     let hub = c.lock();
-    match hub.commands.iter().find(|e| e.id == id) {
-        Some(e) => {
-            let v = view(e);
-            json(if v.complete { StatusCode::OK } else { StatusCode::ACCEPTED }, &v)
-        }
-        None => ApiError::not_found("the command was evicted").into_response(),
+    match list(&hub).iter().find(|e| e.id() == id) {
+        Some(e) => json(if e.complete() { StatusCode::OK } else { StatusCode::ACCEPTED }, &e.view()),
+        None => ApiError::not_found(format!("the {} was evicted", E::WHAT)).into_response(),
+    }
+}
+
+/// The last 100 entries, newest first.
+fn recent<E: Queued>(st: &AppState, headers: &HeaderMap, list: fn(&Hub) -> &VecDeque<E>) -> Response {
+    if let Err(e) = st.control.check(headers) {
+        return e.into_response();
+    }
+    let hub = st.control.lock();
+    let v: Vec<E::View> = list(&hub).iter().rev().take(100).map(E::view).collect();
+    json(StatusCode::OK, &v)
+}
+
+/// One entry by id.
+fn one<E: Queued>(st: &AppState, headers: &HeaderMap, id: &str, list: fn(&Hub) -> &VecDeque<E>) -> Response {
+    if let Err(e) = st.control.check(headers) {
+        return e.into_response();
+    }
+    let Ok(id) = id.parse::<u64>() else {
+        return ApiError::bad_request(format!("{} id {id:?} is not a number", E::WHAT)).into_response();
+    };
+    let hub = st.control.lock();
+    match list(&hub).iter().find(|e| e.id() == id) {
+        Some(e) => json(StatusCode::OK, &e.view()),
+        None => ApiError::not_found(format!("no {} {id} (the last {MAX_COMMANDS} are kept)", E::WHAT))
+            .into_response(),
     }
 }
 
 async fn list_commands(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(e) = st.control.check(&headers) {
-        return e.into_response();
-    }
-    let hub = st.control.lock();
-    let v: Vec<CommandView> = hub.commands.iter().rev().take(100).map(view).collect();
-    json(StatusCode::OK, &v)
+    recent(&st, &headers, |hub| &hub.commands)
 }
 
 async fn get_command(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    if let Err(e) = st.control.check(&headers) {
-        return e.into_response();
-    }
-    let Ok(id) = id.parse::<u64>() else {
-        return ApiError::bad_request(format!("command id {id:?} is not a number")).into_response();
-    };
-    let hub = st.control.lock();
-    match hub.commands.iter().find(|e| e.id == id) {
-        Some(e) => json(StatusCode::OK, &view(e)),
-        None => {
-            ApiError::not_found(format!("no command {id} (the last {MAX_COMMANDS} are kept)")).into_response()
-        }
-    }
+    one(&st, &headers, &id, |hub| &hub.commands)
 }
 
 #[derive(Serialize)]
@@ -500,9 +591,105 @@ fn pending_for(hub: &Hub, agent: &str, after: u64) -> Vec<QueuedCommand> {
     hub.commands
         .iter()
         .filter(|e| e.id > after && e.command.agent.as_deref().is_none_or(|g| glob_match(g, agent)))
-        .take(64)
+        .take(MAX_PER_POLL)
         .map(|e| QueuedCommand { id: e.id, command: e.command.clone() })
         .collect()
+}
+
+/// Commands (and captures) handed to an agent in one poll at most.
+const MAX_PER_POLL: usize = 64;
+
+fn captures_for(hub: &Hub, agent: &str, after: u64) -> Vec<QueuedCapture> {
+    hub.captures
+        .iter()
+        .filter(|e| e.id > after && e.capture.targets_agent(agent))
+        .take(MAX_PER_POLL)
+        .map(|e| QueuedCapture { id: e.id, capture: e.capture.clone() })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct CaptureView {
+    id: u64,
+    capture: CaptureCommand,
+    created_unix_ms: u64,
+    targets: Vec<String>,
+    results: Vec<CaptureOutcome>,
+    complete: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warning: Option<String>,
+}
+
+fn capture_view(e: &CaptureEntry) -> CaptureView {
+    CaptureView {
+        id: e.id,
+        capture: e.capture.clone(),
+        created_unix_ms: e
+            .created
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        targets: e.targets.clone(),
+        complete: Queued::complete(e),
+        results: e.results.values().cloned().collect(),
+        warning: e
+            .targets
+            .is_empty()
+            .then(|| "no agent is polling this collector: nothing was captured".into()),
+    }
+}
+
+async fn submit_capture(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WaitParam>,
+    body: Body,
+) -> Response {
+    let c = &st.control;
+    let wait = match c.admit(&headers, &q) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let parsed = match read_body(body, MAX_MESSAGE_BYTES).await {
+        Ok(b) => CaptureCommand::parse(&b).map_err(|e| ApiError::bad_request(e.to_string())),
+        Err(e) => Err(e),
+    };
+    let capture = match parsed {
+        Ok(cap) => cap,
+        Err(e) => {
+            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            return e.into_response();
+        }
+    };
+    let id = {
+        let mut hub = c.lock();
+        let id = hub.next_id;
+        hub.next_id += 1;
+        let targets = hub.polling_agents(capture.agent.as_deref());
+        if hub.captures.len() >= MAX_COMMANDS {
+            hub.captures.pop_front();
+        }
+        hub.captures.push_back(CaptureEntry {
+            id,
+            capture,
+            created: SystemTime::now(),
+            targets,
+            results: BTreeMap::new(),
+        });
+        id
+    };
+    c.counters.commands.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(id, "capture queued");
+    c.notify.notify_waiters();
+    submitted(c, wait, id, |hub| &hub.captures).await
+}
+
+async fn list_captures(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    recent(&st, &headers, |hub| &hub.captures)
+}
+
+async fn get_capture(State(st): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    one(&st, &headers, &id, |hub| &hub.captures)
 }
 
 async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
@@ -522,12 +709,20 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
         return ApiError::bad_request("poll request: field agent must be 1..=256 bytes").into_response();
     }
     c.counters.polls.fetch_add(1, Ordering::Relaxed);
-    let got_results = !req.results.is_empty();
+    let got_results = !req.results.is_empty() || !req.capture_results.is_empty();
     {
         let mut hub = c.lock();
         ControlHub::seen(&mut hub, &req.agent, &req.host, true);
         for (id, res) in req.results {
             if let Some(e) = hub.commands.iter_mut().find(|e| e.id == id) {
+                if !e.targets.contains(&req.agent) {
+                    e.targets.push(req.agent.clone());
+                }
+                e.results.insert(req.agent.clone(), res);
+            }
+        }
+        for (id, res) in req.capture_results {
+            if let Some(e) = hub.captures.iter_mut().find(|e| e.id == id) {
                 if !e.targets.contains(&req.agent) {
                     e.targets.push(req.agent.clone());
                 }
@@ -540,19 +735,28 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
     }
     let Some(after) = req.after else {
         let cursor = c.lock().next_id - 1;
-        return json(StatusCode::OK, &PollResponse { cursor, commands: Vec::new() });
+        return json(StatusCode::OK, &PollResponse { cursor, ..PollResponse::default() });
     };
     let deadline = tokio::time::Instant::now() + Duration::from_millis(req.wait_ms.min(30_000));
     loop {
         let notified = c.notify.notified();
-        let (commands, cursor) = {
+        let (commands, mut captures, cursor) = {
             let mut hub = c.lock();
             ControlHub::seen(&mut hub, &req.agent, &req.host, true);
-            (pending_for(&hub, &req.agent, after), hub.next_id - 1)
+            (pending_for(&hub, &req.agent, after), captures_for(&hub, &req.agent, after), hub.next_id - 1)
         };
-        if !commands.is_empty() || tokio::time::Instant::now() >= deadline {
-            let cursor = commands.last().map(|q| q.id).unwrap_or(cursor.max(after));
-            return json(StatusCode::OK, &PollResponse { cursor, commands });
+        if !commands.is_empty() || !captures.is_empty() || tokio::time::Instant::now() >= deadline {
+            // Commands and captures share the ids: a truncated list of either bounds the cursor.
+            let mut cursor = cursor.max(after);
+            if commands.len() == MAX_PER_POLL {
+                cursor = cursor.min(commands.last().map_or(cursor, |q| q.id));
+            }
+            if captures.len() == MAX_PER_POLL {
+                cursor = cursor.min(captures.last().map_or(cursor, |q| q.id));
+            }
+            let commands: Vec<QueuedCommand> = commands.into_iter().filter(|q| q.id <= cursor).collect();
+            captures.retain(|q| q.id <= cursor);
+            return json(StatusCode::OK, &PollResponse { cursor, commands, captures });
         }
         let _ = tokio::time::timeout_at(deadline, notified).await;
     }

@@ -14,7 +14,9 @@
 //!   a failed WAL write or fsync), an I/O error, an ingest task that failed — is 429 or 503 with
 //!   `Retry-After` (gRPC: `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a `RetryInfo`); what it
 //!   cannot is 400, 413 or 415, and 500 only for a failure the same request would meet again.
-//! * Decoding and the durable append run on the blocking pool; the response is sent only after
+//! * gRPC: the message's declared length is checked against the same request limit and
+//!   reserved before tonic decodes it (see `otlp`).
+//! * Decompression, decoding and the durable append run on the blocking pool; the response is sent only after
 //!   the append (the acknowledgement means "in the WAL").
 //!
 //! [`ServerConfig::max_request_bytes`]: crate::ServerConfig::max_request_bytes
@@ -43,6 +45,8 @@ pub enum IngestError {
     Throttled,
     /// 400 (undecodable body; the message names the position and field).
     Malformed(String),
+    /// 408 (the body did not arrive within the body timeout).
+    TimedOut(String),
     /// 415 (content type or encoding not understood).
     Unsupported(String),
     /// 503 (the store's buffer is full).
@@ -61,6 +65,7 @@ impl IngestError {
             IngestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             IngestError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             IngestError::Malformed(_) => StatusCode::BAD_REQUEST,
+            IngestError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             IngestError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             IngestError::Overloaded(_) | IngestError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             IngestError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -74,6 +79,7 @@ impl IngestError {
             IngestError::Unavailable(_) => Some(5),
             IngestError::TooLarge(_)
             | IngestError::Malformed(_)
+            | IngestError::TimedOut(_)
             | IngestError::Unsupported(_)
             | IngestError::Internal(_) => None,
         }
@@ -83,6 +89,7 @@ impl IngestError {
         match self {
             IngestError::TooLarge(m)
             | IngestError::Malformed(m)
+            | IngestError::TimedOut(m)
             | IngestError::Unsupported(m)
             | IngestError::Overloaded(m)
             | IngestError::Unavailable(m)
@@ -132,8 +139,13 @@ pub async fn admit(
     if let Some(n) = declared
         && n > limit
     {
-        let err =
-            too_large(state, r, format!("request body of {n} bytes exceeds the limit of {limit} bytes"));
+        let err = too_large(
+            state,
+            r,
+            format!(
+                "request body of {n} bytes exceeds the limit of {limit} bytes (weft serve --max-request-size)"
+            ),
+        );
         linger(body, limit).await;
         return Err(err);
     }
@@ -149,7 +161,14 @@ pub async fn admit(
         if std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"))
             || e.to_string().contains("length limit")
         {
-            too_large(state, r, format!("request body exceeds the limit of {limit} bytes"))
+            too_large(
+                state,
+                r,
+                format!("request body exceeds the limit of {limit} bytes (weft serve --max-request-size)"),
+            )
+        } else if crate::conn::is_body_timeout(&e) {
+            state.metrics.receiver(r).requests_timed_out.fetch_add(1, Ordering::Relaxed);
+            IngestError::TimedOut(e.to_string())
         } else {
             IngestError::Malformed(format!("reading the request body: {e}"))
         }
@@ -159,7 +178,15 @@ pub async fn admit(
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().to_ascii_lowercase())
         .unwrap_or_default();
-    let bytes = match decompress(&encoding, raw, state.config.max_decompressed_bytes) {
+    // Inflating is CPU work (up to the limit): on the blocking pool, not the runtime's workers.
+    let max = state.config.max_decompressed_bytes;
+    let inflated = match encoding.as_str() {
+        "" | "identity" => Ok(raw),
+        _ => {
+            tokio::task::spawn_blocking(move || decompress(&encoding, raw, max)).await.map_err(task_failed)?
+        }
+    };
+    let bytes = match inflated {
         Ok(b) => b,
         Err(e @ IngestError::TooLarge(_)) => {
             state.metrics.receiver(r).requests_too_large.fetch_add(1, Ordering::Relaxed);
@@ -214,7 +241,7 @@ pub fn decompress(encoding: &str, raw: Bytes, max: usize) -> Result<Bytes, Inges
             }
             if out.len() > max {
                 return Err(IngestError::TooLarge(format!(
-                    "decompressed body exceeds the limit of {max} bytes"
+                    "decompressed body exceeds the limit of {max} bytes (weft serve --max-decompressed-size)"
                 )));
             }
             Ok(Bytes::from(out))
@@ -222,6 +249,46 @@ pub fn decompress(encoding: &str, raw: Bytes, max: usize) -> Result<Bytes, Inges
         other => Err(IngestError::Unsupported(format!(
             "Content-Encoding {other:?} is not supported (use gzip, deflate or none)"
         ))),
+    }
+}
+
+/// The request header (gRPC metadata) with which a sender asks to be acknowledged only once
+/// its spans are fsynced, whatever `--fsync` says: value [`ACK_FSYNC`]. The answer carries the
+/// same header when it was honoured. `weft agent` asks for it, because it deletes a batch from
+/// its spool on the acknowledgement.
+pub const ACK_HEADER: &str = "weft-ack";
+/// The value of [`ACK_HEADER`] asking for (and confirming) an fsynced acknowledgement.
+pub const ACK_FSYNC: &str = "fsync";
+
+/// When a request is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ack {
+    /// Once the spans are in the WAL (fsynced per the store's policy).
+    #[default]
+    Wal,
+    /// Once the WAL holding them is fsynced.
+    Fsync,
+}
+
+impl Ack {
+    /// What the request's [`ACK_HEADER`] asks for.
+    pub fn requested(value: Option<&[u8]>) -> Ack {
+        match value {
+            Some(v) if v.eq_ignore_ascii_case(ACK_FSYNC.as_bytes()) => Ack::Fsync,
+            _ => Ack::Wal,
+        }
+    }
+
+    /// What the HTTP request's headers ask for.
+    pub fn of(headers: &HeaderMap) -> Ack {
+        Ack::requested(headers.get(ACK_HEADER).map(|v| v.as_bytes()))
+    }
+
+    /// Confirms an fsynced acknowledgement in the answer's headers.
+    pub fn confirm(self, headers: &mut HeaderMap) {
+        if self == Ack::Fsync {
+            headers.insert(ACK_HEADER, axum::http::HeaderValue::from_static(ACK_FSYNC));
+        }
     }
 }
 
@@ -238,6 +305,7 @@ pub struct Stored {
 pub async fn store_body<D>(
     state: &AppState,
     r: Receiver,
+    ack: Ack,
     body: Admitted,
     decode: D,
 ) -> Result<Stored, IngestError>
@@ -250,7 +318,7 @@ where
         let decoded = decode(&bytes);
         drop(bytes);
         let out = match decoded {
-            Ok((spans, rejected)) => store_spans(&st, r, spans, rejected),
+            Ok((spans, rejected)) => store_spans(&st, r, ack, spans, rejected),
             Err(e) => {
                 st.metrics.receiver(r).requests_malformed.fetch_add(1, Ordering::Relaxed);
                 Err(IngestError::Malformed(e.to_string()))
@@ -274,20 +342,26 @@ pub fn task_failed(e: tokio::task::JoinError) -> IngestError {
 /// traffic. Counted as one request of `r`, then stored and counted like received spans.
 pub fn store_generated(state: &AppState, r: Receiver, spans: Vec<Span>) -> Result<Stored, IngestError> {
     state.metrics.receiver(r).requests.fetch_add(1, Ordering::Relaxed);
-    store_spans(state, r, spans, Rejected::default())
+    store_spans(state, r, Ack::Wal, spans, Rejected::default())
 }
 
-/// Stores decoded spans (blocking) and counts the outcome.
+/// Stores decoded spans (blocking; returning once they are as durable as `ack` asks) and
+/// counts the outcome.
 pub fn store_spans(
     state: &AppState,
     r: Receiver,
+    ack: Ack,
     spans: Vec<Span>,
     rejected: Rejected,
 ) -> Result<Stored, IngestError> {
     let c = state.metrics.receiver(r);
     c.spans_rejected.fetch_add(rejected.count, Ordering::Relaxed);
     let n = spans.len() as u64;
-    match state.store.append(&spans) {
+    let appended = match ack {
+        Ack::Wal => state.store.append(&spans),
+        Ack::Fsync => state.store.append_synced(&spans),
+    };
+    match appended {
         Ok(()) => {
             c.spans_accepted.fetch_add(n, Ordering::Relaxed);
             Ok(Stored { accepted: n, rejected })

@@ -5,18 +5,20 @@
 //! | listener (default) | serves |
 //! |---|---|
 //! | OTLP/gRPC `127.0.0.1:4317` | `opentelemetry.proto.collector.trace.v1.TraceService/Export` ([`otlp`]) |
-//! | OTLP/HTTP `127.0.0.1:4318` | every HTTP route below, notably `POST /v1/traces` |
-//! | Zipkin `127.0.0.1:9411` | every HTTP route, notably `POST /api/v2/spans` and the Zipkin read API ([`zipkin`]) |
-//! | query `127.0.0.1:16686` | every HTTP route: Jaeger api_v3 ([`jaeger`]), `POST /api/sql` ([`sql`]), `GET /metrics`, UI |
+//! | OTLP/HTTP `127.0.0.1:4318` | `POST /v1/traces` ([`otlp`]) and nothing else |
+//! | Zipkin `127.0.0.1:9411` | `POST /api/v2/spans` ([`zipkin`]) and nothing else |
+//! | query `127.0.0.1:16686` | Zipkin v2 read API ([`zipkin`]), Jaeger api_v3 ([`jaeger`]), `POST /api/sql` ([`sql`]), `GET /metrics`, the control API ([`control`]), UI ([`ui`]) |
 //!
-//! All HTTP listeners serve one router, so a client may use any of them. The router is built
-//! from one module per API family, each exposing `routes() -> Router<AppState>`; a new family
-//! (the UI, the control API) is one more module and one `.merge(...)` line in [`router`].
-//! Handlers share [`AppState`] (the store, metrics, configuration).
+//! Each listener serves only its own routes (like Jaeger's collector and query ports): an
+//! ingest port bound to a public address exposes ingest, not SQL, the UI or the control API.
+//! The query router is built from one module per API family, each exposing
+//! `routes() -> Router<AppState>`; a new family is one more module and one `.merge(...)` line
+//! in [`query_router`]. Handlers share [`AppState`] (the store, metrics, configuration).
 
 #![warn(missing_docs)]
 
 pub mod api;
+mod conn;
 pub mod control;
 pub mod ingest;
 pub mod jaeger;
@@ -60,10 +62,9 @@ pub enum ServerError {
     },
 }
 
-/// The HTTP router every HTTP listener serves.
-pub fn router(state: AppState) -> Router {
+/// The router of the query listener: read APIs, SQL, metrics, the control API and the UI.
+pub fn query_router(state: AppState) -> Router {
     Router::new()
-        .merge(otlp::routes())
         .merge(zipkin::routes())
         .merge(jaeger::routes())
         .merge(sql::routes())
@@ -73,12 +74,51 @@ pub fn router(state: AppState) -> Router {
         .route("/api", get(index))
         .route("/api/status", get(status))
         .fallback(not_found)
+        .layer(axum::middleware::map_response(security_headers))
         .with_state(state)
+}
+
+/// What the UI may load: its own files only — no inline scripts or styles, no other origins,
+/// no framing (every view is built with DOM calls and `textContent`).
+const CSP: &str = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; \
+                   form-action 'self'; frame-ancestors 'none'";
+
+/// Every answer of the query listener carries the UI's Content-Security-Policy and
+/// `X-Content-Type-Options: nosniff` (a JSON or text answer is never run as a script).
+async fn security_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// The router of the OTLP/HTTP listener: `POST /v1/traces` only.
+pub fn otlp_http_router(state: AppState) -> Router {
+    otlp::routes().fallback(|| ingest_only("OTLP/HTTP", "POST /v1/traces")).with_state(state)
+}
+
+/// The router of the Zipkin listener: `POST /api/v2/spans` only.
+pub fn zipkin_router(state: AppState) -> Router {
+    zipkin::ingest_routes().fallback(|| ingest_only("Zipkin", "POST /api/v2/spans")).with_state(state)
+}
+
+/// 404 of an ingest listener for anything but its receiver.
+async fn ingest_only(listener: &'static str, route: &'static str) -> Response {
+    api::ApiError::not_found(format!(
+        "the {listener} listener serves {route} only; the read APIs, SQL, metrics, the control API \
+         and the UI are on the query listener (weft serve --http)"
+    ))
+    .into_response()
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render(&state.store);
     text.push_str(&state.control.render_metrics());
+    text.push_str(&format!(
+        "# HELP weft_sql_running POST /api/sql queries running now (at most --sql-concurrency).\n\
+         # TYPE weft_sql_running gauge\nweft_sql_running {}\n",
+        state.sql_running()
+    ));
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
@@ -94,10 +134,10 @@ async fn status(State(state): State<AppState>) -> Response {
     api::json_bytes(body.to_string().into_bytes())
 }
 
-const INDEX: &str = "weft collector\n\
+const INDEX: &str = "weft collector (this is the query listener)\n\
 \n\
-ingest:   POST /v1/traces (OTLP/HTTP protobuf or JSON), gRPC TraceService/Export (OTLP/gRPC),\n\
-          POST /api/v2/spans (Zipkin v2 JSON or proto3)\n\
+ingest:   on their own listeners: POST /v1/traces (OTLP/HTTP protobuf or JSON), gRPC\n\
+          TraceService/Export (OTLP/gRPC), POST /api/v2/spans (Zipkin v2 JSON or proto3)\n\
 zipkin:   GET /api/v2/services | spans?serviceName= | remoteServices?serviceName= | traces?... |\n\
           trace/{id} | traceMany?traceIds= | dependencies?endTs=&lookback= | autocompleteKeys | autocompleteValues?key=\n\
 jaeger:   GET /api/v3/services | operations?service= | traces?query.serviceName=... | traces/{trace_id}\n\
@@ -137,7 +177,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops accepting connections and waits for the listeners to finish in-flight requests.
+    /// Stops accepting connections and waits for the listeners to finish in-flight requests,
+    /// at most [`ServerConfig::shutdown_timeout`] (then the connections left are dropped).
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         for t in self.tasks {
@@ -203,6 +244,9 @@ async fn check_host(
     }
 }
 
+/// Builds a listener's router.
+type RouterFn = fn(AppState) -> Router;
+
 /// Binds every configured listener and starts serving. Port 0 picks a free port (see the
 /// returned addresses).
 pub async fn start(state: AppState) -> Result<Running, ServerError> {
@@ -210,35 +254,29 @@ pub async fn start(state: AppState) -> Result<Running, ServerError> {
     let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut bound = [None; 4];
-    let listeners = [
-        ("OTLP/HTTP", cfg.otlp_http, false),
-        ("OTLP/gRPC", cfg.otlp_grpc, true),
-        ("Zipkin", cfg.zipkin, false),
-        ("query", cfg.http, false),
+    let listeners: [(&'static str, _, RouterFn, bool); 4] = [
+        ("OTLP/HTTP", cfg.otlp_http, otlp_http_router, false),
+        ("OTLP/gRPC", cfg.otlp_grpc, otlp::grpc_router, true),
+        ("Zipkin", cfg.zipkin, zipkin_router, false),
+        ("query", cfg.http, query_router, false),
     ];
     let mut sockets = Vec::new();
-    for (i, (what, addr, grpc)) in listeners.into_iter().enumerate() {
+    for (i, (what, addr, router, grpc)) in listeners.into_iter().enumerate() {
         let Some(addr) = addr else { continue };
         let l = bind(what, addr).await?;
         let local = l.local_addr().map_err(|source| ServerError::Bind { what, addr, source })?;
         bound[i] = Some(local);
-        sockets.push((what, l, grpc));
+        sockets.push((i, what, l, router, grpc));
     }
-    let mut http_router = router(state.clone());
-    if let Some(allowed) = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>()) {
-        http_router = http_router.layer(axum::middleware::from_fn_with_state(allowed, check_host));
-    }
-    for (what, l, grpc) in sockets {
-        let app = if grpc { otlp::grpc_router(state.clone()) } else { http_router.clone() };
-        let mut rx = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = rx.wait_for(|s| *s).await;
-            };
-            if let Err(e) = axum::serve(l, app).with_graceful_shutdown(shutdown).await {
-                tracing::error!(listener = what, error = %e, "listener failed");
-            }
-        }));
+    let allowed = host_allowlist(&cfg, &bound.iter().flatten().copied().collect::<Vec<_>>());
+    for (i, what, l, router, grpc) in sockets {
+        let mut app = router(state.clone());
+        app = app.layer(axum::middleware::from_fn_with_state(cfg.body_timeout, conn::limit_body));
+        if let (false, Some(allowed)) = (grpc, &allowed) {
+            app = app.layer(axum::middleware::from_fn_with_state(allowed.clone(), check_host));
+        }
+        let (rx, cfg, counters) = (stop_rx.clone(), cfg.clone(), state.metrics.listener(i));
+        tasks.push(tokio::spawn(async move { conn::serve(what, l, app, &cfg, counters, rx).await }));
     }
     Ok(Running {
         otlp_http: bound[0],

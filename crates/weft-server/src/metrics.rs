@@ -2,6 +2,7 @@
 //! text (`GET /metrics`).
 
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -78,6 +79,8 @@ pub struct ReceiverCounters {
     pub requests_malformed: AtomicU64,
     /// Requests refused as too large (413).
     pub requests_too_large: AtomicU64,
+    /// Requests whose body did not arrive within the body timeout (408).
+    pub requests_timed_out: AtomicU64,
     /// Requests refused before decoding because too much was in flight (429).
     pub requests_throttled: AtomicU64,
     /// Spans decoded but dropped because the store was overloaded (503).
@@ -111,10 +114,23 @@ impl Histogram {
     }
 }
 
+/// Connection counters of one listener.
+#[derive(Debug, Default)]
+pub struct ListenerCounters {
+    /// Connections open now.
+    pub open: AtomicU64,
+    /// Connections closed at once because the listener had `max_connections` open.
+    pub refused: AtomicU64,
+}
+
+/// The listeners' label values, in [`Metrics::listener`] order.
+pub const LISTENERS: [&str; 4] = ["otlp_http", "otlp_grpc", "zipkin", "query"];
+
 /// All server metrics.
 #[derive(Debug, Default)]
 pub struct Metrics {
     receivers: [ReceiverCounters; 4],
+    listeners: [Arc<ListenerCounters>; 4],
     queries: [Histogram; 4],
     query_errors: [AtomicU64; 4],
 }
@@ -135,6 +151,10 @@ impl Metrics {
     /// Counters of one receiver.
     pub fn receiver(&self, r: Receiver) -> &ReceiverCounters {
         &self.receivers[r.idx()]
+    }
+    /// Connection counters of listener `i` (see [`LISTENERS`]).
+    pub fn listener(&self, i: usize) -> Arc<ListenerCounters> {
+        self.listeners[i % LISTENERS.len()].clone()
     }
     /// Starts timing a query on `api`.
     pub fn time(&self, api: Api) -> QueryTimer<'_> {
@@ -182,6 +202,26 @@ impl Metrics {
             "Requests refused with 429 before decoding (too much in flight).",
             &|c| l(&c.requests_throttled),
         );
+        counter(
+            &mut o,
+            "weft_requests_timed_out_total",
+            "Requests refused with 408: the body did not arrive within --body-timeout.",
+            &|c| l(&c.requests_timed_out),
+        );
+        let _ = writeln!(
+            o,
+            "# HELP weft_connections_open Connections open now.\n# TYPE weft_connections_open gauge"
+        );
+        for (name, c) in LISTENERS.iter().zip(&self.listeners) {
+            let _ = writeln!(o, "weft_connections_open{{listener=\"{name}\"}} {}", l(&c.open));
+        }
+        let _ = writeln!(
+            o,
+            "# HELP weft_connections_refused_total Connections closed at once: the listener had --max-connections open.\n# TYPE weft_connections_refused_total counter"
+        );
+        for (name, c) in LISTENERS.iter().zip(&self.listeners) {
+            let _ = writeln!(o, "weft_connections_refused_total{{listener=\"{name}\"}} {}", l(&c.refused));
+        }
         let _ = writeln!(
             o,
             "# HELP weft_spans_dropped_total Spans decoded but not stored (reason: overloaded = 503, error = 500).\n# TYPE weft_spans_dropped_total counter"
@@ -307,6 +347,12 @@ impl Metrics {
         one("weft_store_flushes_total", "counter", "Segments written by flushes.", l(&m.flushes));
         one("weft_store_flush_errors_total", "counter", "Failed flushes (retried).", l(&m.flush_errors));
         one("weft_store_compactions_total", "counter", "Compactions.", l(&m.compactions));
+        one(
+            "weft_store_spans_deduplicated_total",
+            "counter",
+            "Repeated spans (same ids and content, e.g. a client's retry) compactions dropped.",
+            l(&m.spans_deduplicated),
+        );
         one(
             "weft_store_retired_by_age_total",
             "counter",

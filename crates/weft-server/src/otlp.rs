@@ -149,8 +149,10 @@ async fn export(State(state): State<AppState>, headers: HeaderMap, body: axum::b
         Err(e) => return error_response(enc, &e),
     };
     let proto = enc == Enc::Proto;
+    let ack = ingest::Ack::of(&headers);
     let res =
-        ingest::store_body(&state, Receiver::OtlpHttp, admitted, move |b: &[u8]| decode_http(proto, b)).await;
+        ingest::store_body(&state, Receiver::OtlpHttp, ack, admitted, move |b: &[u8]| decode_http(proto, b))
+            .await;
     match res {
         Ok(stored) => {
             let resp = proto::ExportTraceServiceResponse { partial_success: partial(&stored) };
@@ -168,6 +170,7 @@ async fn export(State(state): State<AppState>, headers: HeaderMap, body: axum::b
             };
             let mut r = (StatusCode::OK, body).into_response();
             r.headers_mut().insert(header::CONTENT_TYPE, content_type(enc));
+            ack.confirm(r.headers_mut());
             r
         }
         Err(e) => error_response(enc, &e),
@@ -197,24 +200,102 @@ impl TraceService for GrpcTraceService {
         let state = self.state.clone();
         let r = Receiver::OtlpGrpc;
         state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ack = ingest::Ack::requested(request.metadata().get(ingest::ACK_HEADER).map(|v| v.as_bytes()));
+        // `admit_grpc` reserved the message's declared (compressed) length before decoding;
+        // a message that inflated past it reserves the difference.
+        let declared = request.extensions().get::<Declared>().map_or(0, |d| d.0);
         let req = request.into_inner();
-        let permit = ingest::reserve(&state, r, req.encoded_len()).map_err(|e| grpc_status(&e))?;
+        let extra = match req.encoded_len().checked_sub(declared) {
+            Some(n) if n > 0 => Some(ingest::reserve(&state, r, n).map_err(|e| grpc_status(&e))?),
+            _ => None,
+        };
         let st = state.clone();
         let res = tokio::task::spawn_blocking(move || {
             let (spans, rejected) = otlp::from_request_lenient(req);
-            let out = ingest::store_spans(&st, r, spans, rejected);
-            drop(permit);
+            let out = ingest::store_spans(&st, r, ack, spans, rejected);
+            drop(extra);
             out
         })
         .await
         .map_err(|e| grpc_status(&ingest::task_failed(e)))?;
         match res {
-            Ok(stored) => Ok(tonic::Response::new(proto::ExportTraceServiceResponse {
-                partial_success: partial(&stored),
-            })),
+            Ok(stored) => {
+                let mut resp = tonic::Response::new(proto::ExportTraceServiceResponse {
+                    partial_success: partial(&stored),
+                });
+                if ack == ingest::Ack::Fsync {
+                    resp.metadata_mut().insert(
+                        ingest::ACK_HEADER,
+                        tonic::metadata::MetadataValue::from_static(ingest::ACK_FSYNC),
+                    );
+                }
+                Ok(resp)
+            }
             Err(e) => Err(grpc_status(&e)),
         }
     }
+}
+
+/// The declared length of a gRPC request's message, reserved by [`admit_grpc`].
+#[derive(Clone, Copy)]
+struct Declared(usize);
+
+/// Before tonic decodes anything: reads the gRPC message prefix (compressed flag, 4-byte
+/// length), refuses a message declared past `--max-request-size` (`RESOURCE_EXHAUSTED` without
+/// a `RetryInfo`, as 413) and reserves the declared length of the in-flight budget, held until
+/// the export is answered (429's `RESOURCE_EXHAUSTED` with a `RetryInfo` when exhausted).
+async fn admit_grpc(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    use futures::StreamExt;
+    let r = Receiver::OtlpGrpc;
+    let (parts, body) = req.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut head: Vec<bytes::Bytes> = Vec::new();
+    let mut seen = 0usize;
+    while seen < 5 {
+        match stream.next().await {
+            Some(Ok(chunk)) => {
+                seen += chunk.len();
+                head.push(chunk);
+            }
+            // An empty or broken body: tonic answers it.
+            _ => break,
+        }
+    }
+    let prefix: Vec<u8> = head.iter().flat_map(|c| c.iter().copied()).take(5).collect();
+    let declared = match prefix.as_slice() {
+        [_, a, b, c, d] => u32::from_be_bytes([*a, *b, *c, *d]) as usize,
+        _ => 0,
+    };
+    let limit = state.config.max_request_bytes;
+    let refused = if declared > limit {
+        state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        state.metrics.receiver(r).requests_too_large.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(IngestError::TooLarge(format!(
+            "message of {declared} bytes exceeds the limit of {limit} bytes (weft serve --max-request-size)"
+        )))
+    } else {
+        None
+    };
+    let permit = match refused {
+        Some(e) => Err(e),
+        None => ingest::reserve(&state, r, declared).inspect_err(|_| {
+            state.metrics.receiver(r).requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }),
+    };
+    let permit = match permit {
+        Ok(p) => p,
+        Err(e) => return grpc_status(&e).into_http(),
+    };
+    let body = axum::body::Body::from_stream(futures::stream::iter(head.into_iter().map(Ok)).chain(stream));
+    let mut req = axum::extract::Request::from_parts(parts, body);
+    req.extensions_mut().insert(Declared(declared));
+    let resp = next.run(req).await;
+    drop(permit);
+    resp
 }
 
 /// The gRPC routes (served on the OTLP/gRPC listener).
@@ -223,5 +304,7 @@ pub fn grpc_router(state: AppState) -> Router {
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
         .send_compressed(tonic::codec::CompressionEncoding::Gzip)
         .max_decoding_message_size(state.config.max_decompressed_bytes);
-    tonic::service::Routes::new(svc).into_axum_router()
+    tonic::service::Routes::new(svc)
+        .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(state, admit_grpc))
 }

@@ -7,6 +7,14 @@
 //! At most `max_rows` (parameter) and never more than
 //! [`ServerConfig::sql_max_rows`](crate::ServerConfig::sql_max_rows) rows come back
 //! (`truncated` says when more existed); statements that change anything are refused (400).
+//!
+//! Limits: at most [`ServerConfig::sql_concurrency`](crate::ServerConfig::sql_concurrency)
+//! queries run at once (more get 503 with `Retry-After: 1`); they run on a runtime of their
+//! own, so a heavy query cannot starve the receivers; a query past
+//! [`ServerConfig::query_timeout`](crate::ServerConfig::query_timeout) is cancelled (504); a
+//! result past [`ServerConfig::sql_max_bytes`](crate::ServerConfig::sql_max_bytes) is refused
+//! (400); DataFusion's memory pool (`StoreConfig::query_memory_bytes`) bounds what the queries
+//! hold while they run.
 
 use std::time::Instant;
 
@@ -77,9 +85,33 @@ async fn run(
     if !matches!(format, "json" | "csv" | "table") {
         return Err(ApiError::bad_request(format!("format {format:?}: use json, csv or table")));
     }
+    let Ok(_slot) = state.sql_slots.clone().try_acquire_owned() else {
+        state.metrics.query_error(Api::Sql);
+        let mut r = ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!(
+                "{} SQL queries are running already (weft serve --sql-concurrency); retry later",
+                state.config.sql_concurrency
+            ),
+        }
+        .into_response();
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
+        return Ok(r);
+    };
     let start = Instant::now();
     let limit = max_rows.unwrap_or(state.config.sql_max_rows).min(state.config.sql_max_rows);
-    let res = crate::api::with_timeout(&state, Api::Sql, state.store.sql(query, limit)).await?;
+    // On the SQL runtime; past the timeout the task is aborted, which drops DataFusion's
+    // streams and so cancels their work.
+    let (store, q, max_bytes) = (state.store.clone(), query.to_owned(), state.config.sql_max_bytes);
+    let task = state.sql_runtime.spawn(async move { store.sql_bounded(&q, limit, max_bytes).await });
+    let abort = task.abort_handle();
+    let joined = async {
+        task.await
+            .unwrap_or_else(|e| Err(weft_store::StoreError::Query(format!("the query task failed: {e}"))))
+    };
+    let res = crate::api::with_timeout(&state, Api::Sql, joined).await;
+    abort.abort();
+    let res = res?;
     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
     let (body, ct): (Vec<u8>, &'static str) = match format {
         "csv" => (render::to_csv(&res.schema, &res.batches).into_bytes(), "text/csv; charset=utf-8"),

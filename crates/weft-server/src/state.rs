@@ -17,9 +17,10 @@ pub struct ServerConfig {
     pub otlp_http: Option<SocketAddr>,
     /// OTLP/gRPC receiver (`TraceService/Export`); default 127.0.0.1:4317.
     pub otlp_grpc: Option<SocketAddr>,
-    /// Zipkin v2 API (ingest and read); default 127.0.0.1:9411.
+    /// Zipkin receiver (`POST /api/v2/spans`); default 127.0.0.1:9411.
     pub zipkin: Option<SocketAddr>,
-    /// Query APIs (Jaeger api_v3, SQL, Zipkin read), `/metrics`, UI; default 127.0.0.1:16686.
+    /// Query APIs (Zipkin v2 read, Jaeger api_v3, SQL), `/metrics`, control API, UI; default
+    /// 127.0.0.1:16686.
     pub http: Option<SocketAddr>,
     /// Largest request body accepted as sent (compressed), bytes → 413 above.
     pub max_request_bytes: usize,
@@ -27,10 +28,24 @@ pub struct ServerConfig {
     pub max_decompressed_bytes: usize,
     /// Request bytes being received, decoded and stored at once; past it, 429.
     pub max_inflight_bytes: usize,
+    /// Longest a client may take to send a request's headers, and longest a keep-alive
+    /// connection may wait idle for its next request; then it is closed.
+    pub header_timeout: Duration,
+    /// Longest a client may take to send a request's body (from the request's start) → 408.
+    pub body_timeout: Duration,
+    /// Connections one listener keeps open at most; one more is closed at once (counted).
+    pub max_connections: usize,
+    /// On shutdown, how long requests in progress may take to finish before their
+    /// connections are dropped.
+    pub shutdown_timeout: Duration,
     /// Longest a read query may run.
     pub query_timeout: Duration,
     /// Rows `POST /api/sql` returns at most.
     pub sql_max_rows: usize,
+    /// Bytes (Arrow memory) a `POST /api/sql` result may hold; a larger one is refused (400).
+    pub sql_max_bytes: usize,
+    /// `POST /api/sql` queries running at once; more get 503 with `Retry-After`.
+    pub sql_concurrency: usize,
     /// Keys `GET /api/v2/autocompleteKeys` offers (Zipkin's `AUTOCOMPLETE_KEYS`).
     pub autocomplete_keys: Vec<String>,
     /// Bearer token of the control API (`/api/control/*`); `None` disables it.
@@ -52,8 +67,14 @@ impl Default for ServerConfig {
             max_request_bytes: 16 << 20,
             max_decompressed_bytes: 64 << 20,
             max_inflight_bytes: 256 << 20,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 1024,
+            shutdown_timeout: Duration::from_secs(10),
             query_timeout: Duration::from_secs(30),
             sql_max_rows: 10_000,
+            sql_max_bytes: 64 << 20,
+            sql_concurrency: 4,
             autocomplete_keys: vec![
                 "http.request.method".into(),
                 "http.route".into(),
@@ -84,6 +105,11 @@ pub struct Shared {
     pub control: crate::control::ControlHub,
     /// In-flight request bytes, in KiB permits.
     pub(crate) inflight: Arc<Semaphore>,
+    /// Slots of `POST /api/sql` queries running at once.
+    pub(crate) sql_slots: Arc<Semaphore>,
+    /// The runtime `POST /api/sql` queries run on, apart from the receivers' (a heavy query
+    /// cannot take the workers ingest needs).
+    pub(crate) sql_runtime: SqlRuntime,
     /// Traces the UI prepared recently (see `ui::view`).
     pub ui_cache: crate::ui::view::TraceCache,
 }
@@ -96,10 +122,23 @@ impl Deref for AppState {
 }
 
 impl AppState {
+    /// `POST /api/sql` queries running now.
+    pub fn sql_running(&self) -> usize {
+        self.config.sql_concurrency.clamp(1, Semaphore::MAX_PERMITS) - self.sql_slots.available_permits()
+    }
+
+    /// KiB of the in-flight budget free now.
+    pub fn inflight_available(&self) -> usize {
+        self.inflight.available_permits()
+    }
+
     /// State for a store and configuration.
     pub fn new(store: Store, config: ServerConfig) -> Self {
         let permits = (config.max_inflight_bytes / 1024).clamp(1, Semaphore::MAX_PERMITS);
+        let sql_slots = Arc::new(Semaphore::new(config.sql_concurrency.clamp(1, Semaphore::MAX_PERMITS)));
         AppState(Arc::new(Shared {
+            sql_runtime: SqlRuntime::new(),
+            sql_slots,
             store,
             metrics: Metrics::default(),
             inflight: Arc::new(Semaphore::new(permits)),
@@ -107,5 +146,49 @@ impl AppState {
             control: crate::control::ControlHub::new(config.control_token.clone()),
             config,
         }))
+    }
+}
+
+/// The SQL runtime: a few worker threads of its own (`weft-sql`), shut down in the background
+/// when the state goes (it may be dropped on an async thread, where a blocking drop panics).
+pub(crate) struct SqlRuntime(Option<tokio::runtime::Runtime>);
+
+impl SqlRuntime {
+    fn new() -> SqlRuntime {
+        // as many workers as DataFusion makes partitions (one per core)
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("weft-sql")
+            .enable_time()
+            .build();
+        match rt {
+            Ok(rt) => SqlRuntime(Some(rt)),
+            Err(e) => {
+                tracing::warn!(error = %e, "no separate SQL runtime: SQL runs on the receivers' runtime");
+                SqlRuntime(None)
+            }
+        }
+    }
+
+    /// Runs `f` on the SQL runtime (on the caller's when there is none); the task is aborted
+    /// when the returned handle is.
+    pub(crate) fn spawn<F>(&self, f: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.0 {
+            Some(rt) => rt.spawn(f),
+            None => tokio::spawn(f),
+        }
+    }
+}
+
+impl Drop for SqlRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
     }
 }

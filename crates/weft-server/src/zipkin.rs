@@ -1,5 +1,6 @@
 //! Zipkin v2 API: `POST /api/v2/spans` (JSON, or proto3 with `Content-Type:
-//! application/x-protobuf`; gzip) and the read API Zipkin's UI and tools use.
+//! application/x-protobuf`; gzip), served on the Zipkin listener ([`ingest_routes`]), and the
+//! read API Zipkin's UI and tools use, served on the query listener ([`routes`]).
 //!
 //! | endpoint | answer |
 //! |---|---|
@@ -34,10 +35,15 @@ use crate::metrics::{Api, Receiver};
 use crate::params::{self, ParamError, Params};
 use crate::state::AppState;
 
-/// Routes of the Zipkin v2 API.
+/// The Zipkin receiver: `POST /api/v2/spans`.
+pub fn ingest_routes() -> Router<AppState> {
+    Router::new().route("/api/v2/spans", post(post_spans))
+}
+
+/// The Zipkin v2 read API.
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v2/spans", post(post_spans).get(span_names))
+        .route("/api/v2/spans", get(span_names))
         .route("/api/v2/services", get(services))
         .route("/api/v2/remoteServices", get(remote_services))
         .route("/api/v2/traces", get(traces))
@@ -74,9 +80,15 @@ async fn post_spans(State(state): State<AppState>, headers: HeaderMap, body: axu
         Ok(a) => a,
         Err(e) => return ingest_error(e),
     };
-    match ingest::store_body(&state, Receiver::Zipkin, admitted, move |b: &[u8]| decode_body(proto, b)).await
+    let ack = ingest::Ack::of(&headers);
+    match ingest::store_body(&state, Receiver::Zipkin, ack, admitted, move |b: &[u8]| decode_body(proto, b))
+        .await
     {
-        Ok(_) => StatusCode::ACCEPTED.into_response(),
+        Ok(_) => {
+            let mut r = StatusCode::ACCEPTED.into_response();
+            ack.confirm(r.headers_mut());
+            r
+        }
         Err(e) => ingest_error(e),
     }
 }

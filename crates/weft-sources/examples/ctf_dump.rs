@@ -2,6 +2,10 @@
 //! `time_ns raw name cpu pid tid fields`. Counters go to stderr.
 //!
 //!     cargo run -p weft-sources --example ctf_dump -- TRACE_DIR [--count | --events]
+//!
+//! With `--live net://HOST[:PORT]/host/HOSTNAME/SESSION` it follows an LTTng live session
+//! until it is destroyed and counts its events, converted to weft events (what
+//! `weft import ctf --live` reads before weaving).
 
 use std::io::Write;
 
@@ -13,6 +17,10 @@ fn main() {
         eprintln!("usage: ctf_dump TRACE_DIR [--count | --events]");
         std::process::exit(2);
     };
+    if dir == "--live" {
+        live(&args.next().unwrap_or_default());
+        return;
+    }
     let mode = args.next().unwrap_or_default();
     let count_only = mode == "--count";
     let convert_only = mode == "--events";
@@ -73,4 +81,30 @@ fn main() {
         n as f64 / el.as_secs_f64() / 1e6,
         r.stats()
     );
+}
+
+fn live(url: &str) {
+    use weft_sources::ctf::live::Poll;
+    use weft_sources::ctf::{LiveOptions, LiveReader, LiveUrl};
+    let run = || -> Result<(u64, std::time::Duration), weft_sources::ctf::LiveError> {
+        let url = LiveUrl::parse(url)?;
+        let mut r = LiveReader::open(&url, weft_model::SourceId(0), LiveOptions::default())?;
+        let t0 = std::time::Instant::now();
+        let (mut n, mut batch) = (0u64, Vec::with_capacity(4096));
+        loop {
+            batch.clear();
+            match r.poll(&mut batch, 4096)? {
+                Poll::Events(k) => n += k as u64,
+                Poll::Idle => std::thread::sleep(std::time::Duration::from_millis(20)),
+                Poll::End => return Ok((n, t0.elapsed())),
+            }
+        }
+    };
+    match run() {
+        Ok((n, el)) => eprintln!("{n} events followed live in {:.3} s", el.as_secs_f64()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    }
 }

@@ -16,7 +16,9 @@
 //!   not errors).
 //!
 //! [`ctf`]: a CTF 1.8 reader for LTTng traces (TSDL metadata, binary streams, time-ordered
-//! merge) producing tracepoint events; its mapping and limits are documented there.
+//! merge) producing tracepoint events, from trace directories or from live sessions read while
+//! they record (a client of `lttng-relayd`'s viewer protocol, [`ctf::live`]); its mapping and
+//! limits are documented there.
 //!
 //! Simulator logs ([`sim`]): gem5, SimBricks nicbm, ns-3 (SimBricks fork and stock), QEMU;
 //! [`symbols`]: symbol tables (objdump, readelf, nm/kallsyms, ELF) for resolving addresses.

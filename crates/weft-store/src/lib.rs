@@ -27,6 +27,10 @@
 //! * **Bounded memory**: past [`StoreConfig::max_buffer_bytes`] of buffered data (flushing
 //!   cannot keep up), appends fail with [`StoreError::Overloaded`] — receivers turn that into
 //!   429/503 with Retry-After and count the drop.
+//! * **Duplicates**: a span stored twice (a client's retry after an answer it never got) is
+//!   read once by [`Store::trace`] and [`Store::search`] and written once by compaction
+//!   (same trace id, span id and content hash; two different spans sharing ids are both kept).
+//!   SQL over `spans` sees both copies until compaction merges the segments holding them.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
 //!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
@@ -46,6 +50,7 @@
 pub mod arrow_rows;
 mod attrs;
 mod config;
+mod dedup;
 mod engine;
 pub mod error;
 pub mod manifest;
@@ -132,6 +137,17 @@ impl Store {
     /// Appends spans durably: returns once they are in the WAL (and fsynced under
     /// [`FsyncPolicy::Always`]). On `Overloaded`, nothing was written.
     pub fn append(&self, spans: &[Span]) -> Result<()> {
+        self.append_spans(spans, false)
+    }
+
+    /// Appends spans and returns only once the WAL holding them is fsynced, whatever the
+    /// [`FsyncPolicy`] (concurrent callers share fsyncs): for senders that delete their copy on
+    /// the acknowledgement, so a machine crash cannot lose what they deleted.
+    pub fn append_synced(&self, spans: &[Span]) -> Result<()> {
+        self.append_spans(spans, true)
+    }
+
+    fn append_spans(&self, spans: &[Span], fsync: bool) -> Result<()> {
         if spans.is_empty() {
             return Ok(());
         }
@@ -146,7 +162,7 @@ impl Store {
         self.inner.check_append_size(arrow_bytes)?;
         with_payload_buffer(arrow_bytes + 16 * 1024, |payload| {
             wal::encode_spans(&batches, payload)?;
-            self.inner.commit(payload, |m| m.push_spans(batches))
+            self.inner.commit(payload, fsync, |m| m.push_spans(batches))
         })?;
         self.inner.metrics.spans_appended.fetch_add(spans.len() as u64, Ordering::Relaxed);
         Ok(())
@@ -162,7 +178,7 @@ impl Store {
         self.inner.check_append_size(batch.get_array_memory_size())?;
         with_payload_buffer(batch.get_array_memory_size() / 2 + 1024, |payload| {
             wal::encode_events(&batch, payload)?;
-            self.inner.commit(payload, |m| m.push_events(batch))
+            self.inner.commit(payload, false, |m| m.push_events(batch))
         })?;
         self.inner.metrics.events_appended.fetch_add(events.len() as u64, Ordering::Relaxed);
         Ok(())

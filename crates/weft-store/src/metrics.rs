@@ -23,6 +23,9 @@ pub struct Metrics {
     pub flush_errors: AtomicU64,
     /// Compactions done.
     pub compactions: AtomicU64,
+    /// Repeated span rows (same ids and content, e.g. a client's retry) that compactions
+    /// dropped.
+    pub spans_deduplicated: AtomicU64,
     /// Segments deleted by age retention.
     pub retired_by_age: AtomicU64,
     /// Segments deleted by size retention.

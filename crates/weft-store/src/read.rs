@@ -12,7 +12,7 @@ use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
 use crate::query::{Snapshot, SnapshotTable};
-use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, memtable, resources, schema};
+use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, dedup, memtable, resources, schema};
 
 /// Result of a SQL query.
 #[derive(Debug, Clone)]
@@ -70,7 +70,9 @@ impl Store {
             }
             p.extend(found);
         }
-        let mut spans = batches_to_spans(&parts[0], &parts[1], &parts[2])?;
+        // A span acknowledged twice (a client's retry) is stored twice: read it once.
+        let ([spans, events, links], _) = dedup::dedup_spans(parts)?;
+        let mut spans = batches_to_spans(&spans, &events, &links)?;
         spans.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(a.span_id.cmp(&b.span_id)));
         Ok(spans)
     }
@@ -94,6 +96,13 @@ impl Store {
     /// Runs one read-only SQL statement (no DDL, DML or `SET`); at most `max_rows` rows are
     /// returned (`truncated` says whether more existed).
     pub async fn sql(&self, sql: &str, max_rows: usize) -> Result<SqlResult> {
+        self.sql_bounded(sql, max_rows, usize::MAX).await
+    }
+
+    /// [`Store::sql`] whose result may also hold at most `max_bytes` of Arrow memory: a query
+    /// whose rows so far take more fails with [`StoreError::Query`] naming the limit (one row
+    /// can be huge: `repeat('x', 100000000)`).
+    pub async fn sql_bounded(&self, sql: &str, max_rows: usize, max_bytes: usize) -> Result<SqlResult> {
         let ctx = self.session()?;
         let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
         let df = ctx.sql_with_options(sql, opts).await.map_err(|e| StoreError::Query(e.to_string()))?;
@@ -102,8 +111,15 @@ impl Store {
         let mut batches = Vec::new();
         let mut rows = 0usize;
         let mut truncated = false;
+        let mut bytes = 0usize;
         while let Some(b) = stream.next().await {
             let b = b.map_err(|e| StoreError::Query(e.to_string()))?;
+            bytes = bytes.saturating_add(b.get_array_memory_size());
+            if bytes > max_bytes {
+                return Err(StoreError::Query(format!(
+                    "the result exceeds the limit of {max_bytes} bytes: select fewer or smaller columns, or fewer rows"
+                )));
+            }
             if rows + b.num_rows() > max_rows {
                 let keep = max_rows - rows;
                 if keep > 0 {

@@ -442,6 +442,16 @@ impl WalSync {
         }
     }
 
+    /// Like [`WalSync::sync_to`] for one append that must be durable whatever the policy: under
+    /// [`FsyncPolicy::Never`] rotations leave files unsynced, so `f` is fsynced here.
+    pub fn sync_append(&self, f: &WalFile, upto: u64, policy: FsyncPolicy) -> Result<()> {
+        if policy != FsyncPolicy::Never {
+            return self.sync_to(f, upto);
+        }
+        self.check()?;
+        f.file.sync_data().map_err(|e| self.fail(io_err("fsync", &f.path)(e)))
+    }
+
     /// Background sync of the current file (interval policy). Returns bytes newly synced.
     pub fn sync_current(&self, f: &WalFile) -> Result<u64> {
         let written = f.written.load(Ordering::Acquire);

@@ -35,6 +35,8 @@ pub struct Seen {
     pub at: Instant,
     /// The request line (`POST /v1/traces HTTP/1.1`).
     pub line: String,
+    /// Its headers (names lower-cased), in order.
+    pub headers: Vec<(String, String)>,
     /// Body length.
     pub body_len: usize,
     /// The status answered.
@@ -87,6 +89,7 @@ fn answer_one(c: TcpStream, a: &Answer, log: impl FnOnce(Seen)) -> Option<()> {
     r.read_line(&mut line).ok()?;
     let at = Instant::now();
     let mut len = 0usize;
+    let mut headers = Vec::new();
     loop {
         let mut h = String::new();
         r.read_line(&mut h).ok()?;
@@ -94,10 +97,11 @@ fn answer_one(c: TcpStream, a: &Answer, log: impl FnOnce(Seen)) -> Option<()> {
         if h.is_empty() {
             break;
         }
-        if let Some((k, v)) = h.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().ok()?;
+        if let Some((k, v)) = h.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().ok()?;
+            }
+            headers.push((k.to_ascii_lowercase(), v.trim().to_owned()));
         }
     }
     let mut body = vec![0u8; len];
@@ -107,7 +111,7 @@ fn answer_one(c: TcpStream, a: &Answer, log: impl FnOnce(Seen)) -> Option<()> {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    log(Seen { at, line: line.trim_end().to_owned(), body_len: len, status: a.status });
+    log(Seen { at, line: line.trim_end().to_owned(), headers, body_len: len, status: a.status });
     let mut c = c;
     c.write_all(head.as_bytes()).ok()
 }

@@ -38,7 +38,10 @@
 //! Memory: spans stay open until [`BlkkinWeaver::finish`], until no event touched them for
 //! [`BlkkinOptions::idle_ns`] of trace time ([`BlkkinWeaver::advance`]), or until more than
 //! [`BlkkinOptions::max_open_spans`] are open (the least recently touched are closed early;
-//! counted in [`BlkkinStats::evicted`]).
+//! counted in [`BlkkinStats::evicted`]). A span keeps at most
+//! [`BlkkinOptions::max_events_per_span`] annotations and key/values, and at most
+//! [`BlkkinOptions::max_endpoints`] distinct endpoints are remembered; events past either are
+//! dropped, counted in [`BlkkinStats::dropped`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,11 +72,23 @@ pub struct BlkkinOptions {
     pub idle_ns: Option<u64>,
     /// Malformed events kept as samples.
     pub max_samples: usize,
+    /// Annotations and key/values one span keeps at most; more are dropped, counted in
+    /// [`BlkkinStats::dropped`].
+    pub max_events_per_span: usize,
+    /// Distinct endpoints (service, ip, port) kept; events naming a new one past it are
+    /// dropped, counted in [`BlkkinStats::dropped`].
+    pub max_endpoints: usize,
 }
 
 impl Default for BlkkinOptions {
     fn default() -> Self {
-        BlkkinOptions { max_open_spans: 1 << 20, idle_ns: None, max_samples: 8 }
+        BlkkinOptions {
+            max_open_spans: 1 << 20,
+            idle_ns: None,
+            max_samples: 8,
+            max_events_per_span: 4096,
+            max_endpoints: 1 << 16,
+        }
     }
 }
 
@@ -91,6 +106,9 @@ pub struct BlkkinStats {
     /// Spans closed early because too many were open (a later event of such a span starts a
     /// second, partial span).
     pub evicted: u64,
+    /// Events dropped past a span's [`BlkkinOptions::max_events_per_span`] or past
+    /// [`BlkkinOptions::max_endpoints`].
+    pub dropped: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -241,7 +259,10 @@ impl BlkkinWeaver {
             "zipkin:keyval_integer" => What::Bin(text("key")?.to_owned(), Value::I64(int("val")? as i64)),
             _ => What::Bin(text("key")?.to_owned(), Value::Str(text("val")?.to_owned().into())),
         };
-        let ep = self.endpoint(ep);
+        let Some(ep) = self.endpoint(ep) else {
+            self.stats.dropped += 1;
+            return Ok(());
+        };
         self.seq += 1;
         let seq = self.seq;
         let g = self.open.entry((trace, span)).or_insert_with(|| Group {
@@ -259,9 +280,13 @@ impl BlkkinWeaver {
             g.parent = parent;
         }
         g.last_seen = g.last_seen.max(time_ns);
-        match what {
-            What::Ann(value) => g.anns.push(Ann { time_ns, value, ep, tid: tp.tid }),
-            What::Bin(key, value) => g.bins.push(Bin { key, value, ep, tid: tp.tid, time_ns }),
+        if g.anns.len() + g.bins.len() >= self.opts.max_events_per_span {
+            self.stats.dropped += 1;
+        } else {
+            match what {
+                What::Ann(value) => g.anns.push(Ann { time_ns, value, ep, tid: tp.tid }),
+                What::Bin(key, value) => g.bins.push(Bin { key, value, ep, tid: tp.tid, time_ns }),
+            }
         }
         if self.open.len() > self.opts.max_open_spans {
             self.evict();
@@ -269,14 +294,18 @@ impl BlkkinWeaver {
         Ok(())
     }
 
-    fn endpoint(&mut self, ep: Endpoint) -> u32 {
+    /// The id of an endpoint; `None` past [`BlkkinOptions::max_endpoints`] distinct ones.
+    fn endpoint(&mut self, ep: Endpoint) -> Option<u32> {
         if let Some(id) = self.endpoint_ids.get(&ep) {
-            return *id;
+            return Some(*id);
+        }
+        if self.endpoints.len() >= self.opts.max_endpoints {
+            return None;
         }
         let id = self.endpoints.len() as u32;
         self.endpoints.push(ep.clone());
         self.endpoint_ids.insert(ep, id);
-        id
+        Some(id)
     }
 
     /// Closes the least recently touched eighth of the open spans.
@@ -616,6 +645,26 @@ mod tests {
         assert_eq!((l.start_ns, l.end_ns), (1_300_000, 1_350_000));
         assert_eq!(l.attributes.get(conv::LOCAL_PORT), None, "port 0 is no port");
         assert_eq!(l.scope.name, SCOPE);
+    }
+
+    /// Issue 18: a span's annotations and the endpoints are bounded by input, not by the
+    /// recording's size; what is dropped is counted.
+    #[test]
+    fn annotations_per_span_and_endpoints_are_bounded_and_counted() {
+        let opts = BlkkinOptions { max_events_per_span: 3, max_endpoints: 2, ..Default::default() };
+        let mut w = BlkkinWeaver::new(opts);
+        let ids = (1, 2, 0);
+        for i in 0..10 {
+            assert!(w.push(&ann(10 + i, "a", "10.0.0.1", 1, ids, &format!("step{i}"))));
+        }
+        // a second endpoint is kept, a third is not
+        assert!(w.push(&ann(30, "b", "10.0.0.2", 1, (1, 3, 2), "x")));
+        assert!(w.push(&ann(40, "c", "10.0.0.3", 1, (1, 4, 2), "x")));
+        let (spans, stats) = w.finish();
+        assert_eq!(stats.dropped, 7 + 1, "{stats:?}");
+        let first = spans.iter().find(|s| s.span_id == SpanId::from_u64(2)).unwrap();
+        assert!(first.events.len() <= 3, "{:?}", first.events);
+        assert_eq!(spans.len(), 2, "the span of the third endpoint was dropped");
     }
 
     #[test]

@@ -32,6 +32,12 @@ use prost::Message;
 use weft_model::Span;
 use weft_model::codec::otlp::{self, RpcStatus, proto};
 
+/// The request header with which a sender asks a weft collector to acknowledge only once the
+/// spans are fsynced (value [`ACK_FSYNC`]); the collector's answer carries it when it did.
+pub const ACK_HEADER: &str = "weft-ack";
+/// The value of [`ACK_HEADER`].
+pub const ACK_FSYNC: &str = "fsync";
+
 /// The OTLP/HTTP traces path.
 pub const TRACES_PATH: &str = "/v1/traces";
 
@@ -84,6 +90,9 @@ pub struct ClientOptions {
     pub gzip: bool,
     /// Body encoding (its `Content-Type`).
     pub encoding: Encoding,
+    /// Ask for an acknowledgement only once the spans are fsynced ([`ACK_HEADER`]): for a
+    /// sender that deletes its copy when acknowledged.
+    pub ack_after_fsync: bool,
 }
 
 impl ClientOptions {
@@ -95,6 +104,7 @@ impl ClientOptions {
             connect_timeout: None,
             gzip: false,
             encoding: Encoding::Proto,
+            ack_after_fsync: false,
         }
     }
 }
@@ -106,6 +116,8 @@ pub enum Outcome {
     Acked {
         /// Spans the receiver refused as invalid.
         rejected: u64,
+        /// The receiver confirmed (by [`ACK_HEADER`]) that it fsynced the spans before answering.
+        fsynced: bool,
     },
     /// 400, 413 or 415: this payload can never be accepted.
     Refused {
@@ -131,6 +143,7 @@ pub struct Client {
     url: String,
     gzip: bool,
     encoding: Encoding,
+    ack_after_fsync: bool,
 }
 
 /// Longest error body read from a receiver.
@@ -145,7 +158,13 @@ impl Client {
             .timeout_connect(o.connect_timeout)
             .build()
             .into();
-        Client { agent, url: traces_url(&o.endpoint), gzip: o.gzip, encoding: o.encoding }
+        Client {
+            agent,
+            url: traces_url(&o.endpoint),
+            gzip: o.gzip,
+            encoding: o.encoding,
+            ack_after_fsync: o.ack_after_fsync,
+        }
     }
 
     /// The URL posted to.
@@ -173,6 +192,9 @@ impl Client {
         if gzipped {
             req = req.header("Content-Encoding", "gzip");
         }
+        if self.ack_after_fsync {
+            req = req.header(ACK_HEADER, ACK_FSYNC);
+        }
         let mut resp = match req.send(body) {
             Ok(r) => r,
             Err(e) => {
@@ -185,6 +207,10 @@ impl Client {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let fsynced = resp
+            .headers()
+            .get(ACK_HEADER)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(ACK_FSYNC.as_bytes()));
         let answer = resp.body_mut().with_config().limit(ERROR_BODY_LIMIT).read_to_vec().unwrap_or_default();
         if (200..300).contains(&status) {
             let rejected = match self.encoding {
@@ -194,7 +220,7 @@ impl Client {
                     .map_or(0, |p| p.rejected_spans.max(0) as u64),
                 Encoding::Json => 0,
             };
-            return Outcome::Acked { rejected };
+            return Outcome::Acked { rejected, fsynced };
         }
         let message = RpcStatus::message_of(&answer);
         if RetryPolicy::refuses(status) {

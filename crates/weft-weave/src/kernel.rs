@@ -8,6 +8,11 @@
 //! are kept, clipped to the capture, and marked [`conv::INCOMPLETE`]. The attribute keys are
 //! in [`weft_model::kernel`].
 //!
+//! [`nest_calls`] places the function-call spans (uprobe calls, EXIST's function traces)
+//! inside the application's request spans: the span of the request that ran on that thread
+//! at that time becomes the call's parent, so a trace's waterfall shows under the server span
+//! what the service did inside.
+//!
 //! Attributing kernel activity to application spans (on/off CPU time, syscalls, kernel child
 //! spans) is an analysis over these spans and the application's: `weft_analyze::kernel`.
 //!
@@ -373,6 +378,92 @@ pub fn kernel_spans(events: &[Event], opts: &KernelSpanOptions) -> KernelSpans {
     }
     roots.extend(out);
     KernelSpans { spans: roots, stats }
+}
+
+/// Counters of [`nest_calls`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NestStats {
+    /// Calls placed directly under an application span.
+    pub placed: u64,
+    /// Calls placed under an enclosing call that is itself in a request.
+    pub nested: u64,
+    /// Calls no application span of their thread contains (left under their thread root).
+    pub unplaced: u64,
+}
+
+fn span_tid(s: &Span) -> Option<u32> {
+    match s.attributes.get(conv::THREAD_ID)? {
+        Value::I64(v) => u32::try_from(*v).ok(),
+        Value::Str(t) => t.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Moves the function-call spans among `spans` (made by [`kernel_spans`]: kind `uprobe`)
+/// into the traces of the application spans `app` (which carry [`conv::THREAD_ID`]): a call
+/// gets as parent the innermost of (the application span of its thread that contains it, the
+/// call of its thread that encloses it), takes that parent's trace and resource, and keeps its
+/// own attributes. A call inside no application span stays under its thread root.
+pub fn nest_calls(spans: &mut [Span], app: &[Span]) -> NestStats {
+    let mut stats = NestStats::default();
+    let mut by_thread: BTreeMap<u32, Vec<&Span>> = BTreeMap::new();
+    for a in app {
+        if let Some(t) = span_tid(a) {
+            by_thread.entry(t).or_default().push(a);
+        }
+    }
+    let is_call = |s: &Span| matches!(s.attributes.get(KIND), Some(Value::Str(k)) if &**k == "uprobe");
+    let mut calls: Vec<(u32, usize)> = spans
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| is_call(s))
+        .filter_map(|(i, s)| Some((span_tid(s)?, i)))
+        .collect();
+    calls.sort_by_key(|&(t, i)| (t, spans[i].start_ns, std::cmp::Reverse(spans[i].end_ns)));
+    // Per thread: the open (enclosing) calls, innermost last.
+    let mut stack: Vec<usize> = Vec::new();
+    let mut placed: HashSet<usize> = HashSet::new();
+    let mut cur = None;
+    for (tid, i) in calls {
+        if cur != Some(tid) {
+            stack.clear();
+            cur = Some(tid);
+        }
+        let (start, end) = (spans[i].start_ns, spans[i].end_ns);
+        while stack.last().is_some_and(|&j| spans[j].end_ns < end || spans[j].start_ns > start) {
+            stack.pop();
+        }
+        let request = by_thread
+            .get(&tid)
+            .into_iter()
+            .flatten()
+            .filter(|a| a.start_ns <= start && end <= a.end_ns)
+            .max_by_key(|a| (a.start_ns, std::cmp::Reverse(a.end_ns)));
+        let enclosing = stack
+            .last()
+            .copied()
+            .filter(|j| placed.contains(j) && request.is_none_or(|a| spans[*j].start_ns >= a.start_ns));
+        match (enclosing, request) {
+            (Some(j), _) => {
+                let (trace, id, resource, scope) =
+                    (spans[j].trace_id, spans[j].span_id, spans[j].resource.clone(), spans[j].scope.clone());
+                let s = &mut spans[i];
+                (s.trace_id, s.parent_span_id, s.resource, s.scope) = (trace, Some(id), resource, scope);
+                stats.nested += 1;
+                placed.insert(i);
+            }
+            (None, Some(a)) => {
+                let s = &mut spans[i];
+                (s.trace_id, s.parent_span_id, s.resource) =
+                    (a.trace_id, Some(a.span_id), a.resource.clone());
+                stats.placed += 1;
+                placed.insert(i);
+            }
+            (None, None) => stats.unplaced += 1,
+        }
+        stack.push(i);
+    }
+    stats
 }
 
 fn thread(map: &mut BTreeMap<u32, ThreadState>, pid: u32, tid: u32, t: u64) -> &mut ThreadState {

@@ -35,7 +35,9 @@
 //! * [`blkin`]: BlkKin's `zipkin:*` LTTng events (from the CTF reader) → Zipkin-style spans;
 //!   the weaver is `weft import ctf`'s stage.
 //! * [`kernel`]: kernel events (`weft record`'s perf_event capture) → per-thread kernel spans;
-//!   [`kernel::KernelStage`] keeps the whole capture (bounded) and weaves at its end.
+//!   [`kernel::KernelStage`] keeps the whole capture (bounded) and weaves at its end;
+//!   [`kernel::nest_calls`] places function-call spans (EXIST's captures) inside the request
+//!   spans that ran them.
 //! * [`probe`]: weft-probe records → application spans (the agent's drain, and `weft import
 //!   probe`'s capture-file source and stage).
 //!
@@ -105,9 +107,11 @@
 //! packet's network journey is one trace. The trace starts at the sending host's HostCall
 //! when the topology has hosts and NICs linked to the network (NIC TX → first hop), at the
 //! packet's first hop otherwise. Packets are identified by ns-3's packet uid plus their IPv4
-//! header (addresses, protocol, ports, IP id) or ARP addresses — an echo server that sends the
-//! received packet object back, or TCP segments cut from one buffered packet, keep the uid but
-//! are new packets — and where the log has no uid by that header alone (or the size).
+//! header (addresses, protocol, ports, IP id, TCP seq/ack) or ARP addresses — an echo server
+//! that sends the received packet object back, or TCP segments cut from one buffered packet,
+//! keep the uid but are new packets — and where the log has no uid by that header (or the
+//! size) and, in stock ns-3 logs, by where the packet is (`weaver::net`). A dequeue closes
+//! the oldest open hop of its packet on that device (queues are FIFO), however long it waited.
 //!
 //! **Inside a component** (Columbo's rules, spec §6): host MMIO/interrupt/PCI spans are
 //! children of the current HostCall span; NIC DMA, TX and MSI-X spans are children of the

@@ -172,6 +172,13 @@ pub trait EventSource<T = Event>: Send {
     fn is_stream(&self) -> bool {
         false
     }
+    /// True for a source that follows a live input (an LTTng live session): its empty batches
+    /// are passed on as ticks, so the stage can move its clock while the input is idle, and
+    /// the run hands what it holds to the sinks at each of them. Meant for
+    /// [`Order::Arrival`]; other sources' empty batches are not sent.
+    fn ticks(&self) -> bool {
+        false
+    }
     /// The input's size in bytes when known before it is opened (0: unknown, or set by
     /// [`EventSource::open`]).
     fn total_bytes(&self) -> u64 {
@@ -423,7 +430,8 @@ impl<W: WeaveStage + 'static> Run<W> {
                 // On an error the receiver drops: the merge and the sources stop.
                 stage.push(&events, &mut out)?;
                 per_source(&stage);
-                if out.len() >= batch {
+                // An empty batch is a live source's tick: its input is idle, pass on what is done.
+                if out.len() >= batch || events.is_empty() {
                     flush(&mut out, &mut total);
                 }
             }
@@ -514,6 +522,7 @@ fn source_thread<T>(mut src: Box<dyn EventSource<T>>, p: Arc<SourceProgress>, tx
         Err(e) => report.error = Some(e),
         Ok(()) => {
             p.state.store(1, Ordering::Relaxed);
+            let ticks = src.ticks();
             loop {
                 let mut batch = Vec::new();
                 let more = match src.next_batch(&mut batch, &p) {
@@ -523,7 +532,7 @@ fn source_thread<T>(mut src: Box<dyn EventSource<T>>, p: Arc<SourceProgress>, tx
                         false
                     }
                 };
-                if !batch.is_empty() && tx.send(Msg::Events(batch)).is_err() {
+                if (!batch.is_empty() || (ticks && more)) && tx.send(Msg::Events(batch)).is_err() {
                     report.error = Some("the merge stopped".into());
                     break;
                 }

@@ -195,7 +195,13 @@ pub struct AsmStats {
     pub orphans_dropped: u64,
     /// Events and attributes past the per-span limits.
     pub truncated: u64,
+    /// Spans whose endpoint named a service past the [`MAX_ENDPOINT_RESOURCES`] distinct ones
+    /// kept: they keep the process's resource.
+    pub endpoint_resources_full: u64,
 }
+
+/// Distinct endpoint services (each with its resource) one process's assembler keeps.
+pub const MAX_ENDPOINT_RESOURCES: usize = 64;
 
 impl AsmStats {
     /// Adds `other`'s counters to these (totals over processes).
@@ -209,6 +215,7 @@ impl AsmStats {
         self.unknown_tracepoint += other.unknown_tracepoint;
         self.orphans_dropped += other.orphans_dropped;
         self.truncated += other.truncated;
+        self.endpoint_resources_full += other.endpoint_resources_full;
     }
 }
 
@@ -622,11 +629,12 @@ impl Assembler {
             Some(s) if !s.is_empty() && s != self.id.service => {
                 if let Some(r) = self.endpoint_resources.get(&s) {
                     Some(r.clone())
-                } else if self.endpoint_resources.len() < 64 {
+                } else if self.endpoint_resources.len() < MAX_ENDPOINT_RESOURCES {
                     let r = Arc::new(self.id.resource(Some(&s)));
                     self.endpoint_resources.insert(s, r.clone());
                     Some(r)
                 } else {
+                    self.stats.endpoint_resources_full += 1;
                     None
                 }
             }

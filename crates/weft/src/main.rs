@@ -1,5 +1,5 @@
 //! `weft` — one binary for every job: convert trace files, weave simulator logs, serve the
-//! collector and UI, query the store, control probes, run the agent, record the kernel.
+//! collector and UI, query the store, control probes, run the agent, record the kernel, capture a service's function calls.
 
 mod cmd;
 
@@ -65,6 +65,9 @@ enum Command {
     Loadgen(cmd::loadgen::Args),
     /// Record the kernel (perf_event_open): scheduler switches, syscalls, tracepoints, uprobes.
     Record(cmd::record::Args),
+    /// EXIST's bounded captures: `weft exist capture --pid P --period 500ms` traces a target's
+    /// function calls and weaves them into its requests.
+    Exist(cmd::exist::Args),
     /// Import recorded traces: `weft import ctf TRACE_DIR` (LTTng/CTF: BlkKin spans, every event).
     Import(cmd::import::Args),
     /// Weave simulator logs (gem5, nicbm, ns-3, QEMU) into end-to-end traces, from files or pipes.
@@ -91,6 +94,7 @@ fn main() -> std::process::ExitCode {
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
         Command::Record(a) => cmd::record::run(a),
+        Command::Exist(a) => cmd::exist::run(a),
         Command::Import(a) => cmd::import::run(a),
         Command::Weave(a) => cmd::weave::run(a),
         Command::Breakdown(a) => cmd::breakdown::run(a),

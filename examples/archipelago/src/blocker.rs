@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::gateway::{ANNOTATIONS, ENDPOINTS};
 use crate::obs::Remote;
+use crate::problems::{Problems, VARIANCE_DELAY, coin};
 use crate::proto::{Msg, Op};
 use crate::{ev, on, span, tp};
 
@@ -34,6 +35,10 @@ tp!(static BK_BYTES_R = "blocker.bytes.read", Trace, group = "blocker.stats", fi
 tp!(static BK_COUNT = "blocker.count", Trace, group = "blocker.stats", fields = [requests: u64]);
 tp!(static BK_ZERO = "blocker.zero_write", Debug, group = "blocker", fields = [len: u64]);
 tp!(static BK_EXTEND = "blocker.extend", Debug, group = "blocker", fields = [object: str, size: u64]);
+tp!(static BK_PREPARE = "blocker.extent.prepare", Debug, group = "blocker.extent", flags = [span]);
+tp!(static BK_LAYOUT = "blocker.extent.layout", Trace, group = "blocker.extent", flags = [span]);
+tp!(static BK_CHECKSUM = "blocker.extent.checksum", Trace, group = "blocker.extent", flags = [span]);
+tp!(static BK_ZONE = "blocker.extent.zone", Trace, group = "blocker.extent", flags = [span]);
 
 /// Open files kept.
 const MAX_OPEN: usize = 256;
@@ -46,6 +51,7 @@ pub struct Blocker {
     requests: AtomicU64,
     /// fsync every N writes (0 = never).
     fsync_every: u64,
+    problems: Problems,
 }
 
 impl Blocker {
@@ -59,7 +65,30 @@ impl Blocker {
             read: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             fsync_every,
+            problems: Problems::default(),
         })
+    }
+
+    /// Injects `problems` (the blocker's: `variance`).
+    pub fn with_problems(mut self, problems: Problems) -> Blocker {
+        self.problems = problems;
+        self
+    }
+
+    /// Prepares the extent a write lands in: its layout, checksum and zone.
+    fn prepare(&self, data: &[u8]) {
+        let _s = span!(BK_PREPARE);
+        {
+            let _l = span!(BK_LAYOUT);
+        }
+        {
+            let _c = span!(BK_CHECKSUM);
+            let sum = data.iter().fold(0u8, |a, &b| a.wrapping_add(b));
+            if self.problems.variance && coin(self.requests.load(Ordering::Relaxed) ^ u64::from(sum)) {
+                std::thread::sleep(VARIANCE_DELAY);
+            }
+        }
+        let _z = span!(BK_ZONE);
     }
 
     fn file(&self, object: &str, create: bool) -> std::io::Result<Option<Arc<File>>> {
@@ -127,6 +156,7 @@ impl Blocker {
         let io = span!(BK_WRITE);
         io.kv_u64("offset", offset);
         io.kv_u64("len", data.len() as u64);
+        self.prepare(data);
         let Some(f) = self.file(object, true)? else { return Err(std::io::Error::other("no file")) };
         if data.iter().all(|&b| b == 0) {
             ev!(BK_ZERO, len = data.len() as u64);

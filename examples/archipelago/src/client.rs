@@ -56,6 +56,18 @@ impl Client {
         }
     }
 
+    /// The gateway's count of `volume`'s in-flight requests.
+    pub fn stat(&mut self, volume: &str) -> std::io::Result<Reply> {
+        self.call(&Msg {
+            op: Op::Stat,
+            traceparent: None,
+            volume: volume.to_string(),
+            offset: 0,
+            len: 0,
+            data: Vec::new(),
+        })
+    }
+
     pub fn write(&mut self, volume: &str, offset: u64, data: &[u8]) -> std::io::Result<Reply> {
         self.call(&Msg {
             op: Op::Write,

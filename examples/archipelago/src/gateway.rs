@@ -33,12 +33,15 @@ tp!(static GW_CONTEXT_IN = "gateway.context.in", Debug, group = "gateway.context
 tp!(static GW_CONTEXT_NEW = "gateway.context.new", Trace, group = "gateway.context");
 tp!(static GW_VOLUME_NEW = "gateway.volume.new", Info, group = "gateway", fields = [volume: str, volumes: u64]);
 tp!(static GW_COUNT = "gateway.count", Trace, group = "gateway.stats", fields = [requests: u64]);
+tp!(pub static GW_STAT = "gateway.stat", Info, group = "gateway", flags = [span, always_on]);
 tp!(static GW_PAYLOAD = "gateway.payload", Trace, group = "gateway.proto", fields = [head: bytes]);
 
 /// Largest request (bytes).
 pub const MAX_IO: u32 = 4 << 20;
 /// In-flight requests per volume.
 pub const QUOTA: u64 = 256;
+/// What a `stat` costs (it stands for a fixed-cost metadata read).
+pub const STAT_COST: std::time::Duration = std::time::Duration::from_millis(20);
 
 pub struct Gateway {
     next: Pool,
@@ -82,7 +85,19 @@ impl Gateway {
         }
     }
 
+    /// A volume's in-flight requests (u64 LE).
+    fn stat(&self, msg: &Msg) -> Msg {
+        let s = span!(GW_STAT, Server, Remote::extract(msg.traceparent.as_deref()));
+        s.kv_str("volume", &msg.volume);
+        std::thread::sleep(STAT_COST);
+        let n = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).get(&msg.volume).copied();
+        Msg::reply(n.unwrap_or(0).to_le_bytes().to_vec(), s.traceparent())
+    }
+
     pub fn handle(&self, msg: Msg) -> Msg {
+        if msg.op == Op::Stat {
+            return self.stat(&msg);
+        }
         let t0 = Instant::now();
         let count = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         ev!(GW_COUNT, requests = count);

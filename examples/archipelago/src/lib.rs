@@ -15,6 +15,9 @@
 //!           └ blocker.request (server) ─ blocker.io.write / blocker.io.read (off by default)
 //! ```
 //!
+//! A `stat` request is answered by the gateway alone (root span `gateway.stat`). Performance
+//! problems can be injected for `weft explore` ([`problems`], off by default).
+//!
 //! The default set (always-on and default-on tracepoints) is the server and client spans.
 //! Building without the `probes` feature compiles every tracepoint out — the baseline of the
 //! overhead measurement (`examples/archipelago/overhead.sh`).
@@ -25,6 +28,7 @@ pub mod gateway;
 pub mod mapper;
 pub mod net;
 pub mod obs;
+pub mod problems;
 pub mod proto;
 pub mod run;
 pub mod vcomposer;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::gateway::{ANNOTATIONS, ENDPOINTS};
 use crate::net::Pool;
 use crate::obs::Remote;
+use crate::problems::{KEY_DELAY_PER_KIB, Problems, SLOW_DELAY};
 use crate::proto::{Msg, Op};
 use crate::{ev, on, span, tp};
 
@@ -33,6 +34,15 @@ tp!(static MP_COUNT = "mapper.count", Trace, group = "mapper.stats", fields = [r
 tp!(static MP_READ = "mapper.op.read", Trace, group = "mapper.ops", fields = [object: str, len: u64]);
 tp!(static MP_WRITE = "mapper.op.write", Trace, group = "mapper.ops", fields = [object: str, len: u64]);
 tp!(static MP_REPLY = "mapper.reply", Trace, group = "mapper", fields = [op: u64, bytes: u64]);
+tp!(static MP_JOURNAL = "mapper.journal.append", Debug, group = "mapper.journal", flags = [span]);
+tp!(static MP_JOURNAL_ENCODE = "mapper.journal.encode", Trace, group = "mapper.journal", flags = [span]);
+tp!(static MP_JOURNAL_LOCK = "mapper.journal.lock", Trace, group = "mapper.journal", flags = [span]);
+tp!(static MP_JOURNAL_SEAL = "mapper.journal.seal", Trace, group = "mapper.journal", flags = [span]);
+tp!(static MP_HOLE_FILL = "mapper.hole.fill", Debug, group = "mapper.hole", flags = [span]);
+tp!(static MP_HOLE_CHECK = "mapper.hole.check", Trace, group = "mapper.hole", flags = [span]);
+tp!(static MP_HOLE_TEMPLATE = "mapper.hole.template", Trace, group = "mapper.hole", flags = [span]);
+tp!(static MP_HOLE_BUILD = "mapper.hole.template.build", Trace, group = "mapper.hole", flags = [span]);
+tp!(static MP_HOLE_COPY = "mapper.hole.copy", Trace, group = "mapper.hole", flags = [span]);
 tp!(static MP_SPANS_OBJECTS = "mapper.spans_objects", Warn, group = "mapper", fields = [offset: u64, len: u64]);
 
 pub struct Mapper {
@@ -41,6 +51,7 @@ pub struct Mapper {
     map: Mutex<HashMap<(String, u64), String>>,
     epoch: u64,
     requests: AtomicU64,
+    problems: Problems,
 }
 
 impl Mapper {
@@ -57,7 +68,47 @@ impl Mapper {
             map: Mutex::new(HashMap::new()),
             epoch,
             requests: AtomicU64::new(0),
+            problems: Problems::default(),
         }
+    }
+
+    /// Injects `problems` (the mapper's: `slow`, `key`).
+    pub fn with_problems(mut self, problems: Problems) -> Mapper {
+        self.problems = problems;
+        self
+    }
+
+    /// Appends a write of `len` bytes to the volume's journal.
+    fn journal(&self, len: u64) {
+        let _s = span!(MP_JOURNAL);
+        {
+            let _e = span!(MP_JOURNAL_ENCODE);
+        }
+        {
+            let _l = span!(MP_JOURNAL_LOCK);
+            if self.problems.key {
+                std::thread::sleep(KEY_DELAY_PER_KIB * (len / 1024) as u32);
+            }
+        }
+        let _x = span!(MP_JOURNAL_SEAL);
+    }
+
+    /// The zeros a read of a hole (block `index` of `volume`, never written) answers with.
+    fn fill_hole(&self, volume: &str, index: u64, len: usize) -> Vec<u8> {
+        let _s = span!(MP_HOLE_FILL);
+        {
+            let _c = span!(MP_HOLE_CHECK);
+            ev!(MP_HOLE, volume = volume, index = index, len = len as u64);
+        }
+        {
+            let _t = span!(MP_HOLE_TEMPLATE);
+            let _b = span!(MP_HOLE_BUILD);
+            if self.problems.slow {
+                std::thread::sleep(SLOW_DELAY);
+            }
+        }
+        let _c = span!(MP_HOLE_COPY);
+        vec![0; len]
     }
 
     /// The object holding block `index` of `volume`; `None` for a hole (read of unwritten data).
@@ -99,6 +150,7 @@ impl Mapper {
         ev!(MP_COUNT, requests = n);
         let remote = Remote::extract(msg.traceparent.as_deref());
         let s = span!(MP_REQUEST, Server, remote);
+        s.kv_u64("len", msg.len as u64);
         if on!(ANNOTATIONS) {
             s.annotate("sr");
         }
@@ -117,9 +169,15 @@ impl Mapper {
         }
         ev!(MP_TRANSLATE, offset = msg.offset, object_offset = in_obj);
         let Some(object) = self.resolve(&msg.volume, index, msg.op == Op::Write) else {
-            ev!(MP_HOLE, volume = msg.volume.as_str(), index = index, len = msg.len as u64);
-            return Msg::reply(vec![0; msg.len as usize], None);
+            let zeros = self.fill_hole(&msg.volume, index, msg.len as usize);
+            if on!(ANNOTATIONS) {
+                s.annotate("ss");
+            }
+            return Msg::reply(zeros, None);
         };
+        if msg.op == Op::Write {
+            self.journal(msg.len as u64);
+        }
         s.kv_str("object", &object);
         match msg.op {
             Op::Read => ev!(MP_READ, object = object.as_str(), len = msg.len as u64),

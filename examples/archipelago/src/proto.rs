@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! u32 LE  frame length (bytes after this word, ≤ MAX_FRAME)
-//! u8      op (READ, WRITE, REPLY, ERROR)
+//! u8      op (READ, WRITE, REPLY, ERROR, STAT)
 //! u8      traceparent length, then the W3C traceparent (0 = none)
 //! u16 LE  volume length, then the volume name (UTF-8)
 //! u64 LE  offset
@@ -21,6 +21,8 @@ pub enum Op {
     Write = 2,
     Reply = 3,
     Error = 4,
+    /// A volume's in-flight requests, answered by the gateway.
+    Stat = 5,
 }
 
 impl Op {
@@ -30,6 +32,7 @@ impl Op {
             2 => Op::Write,
             3 => Op::Reply,
             4 => Op::Error,
+            5 => Op::Stat,
             _ => return None,
         })
     }

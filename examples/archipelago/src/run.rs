@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::problems::Problems;
 use crate::{blocker, ev, gateway, mapper, net, obs, tp, vcomposer};
 
 tp!(static ROLE_START = "archipelago.role.start", Info, group = "archipelago", fields = [role: str, pid: u64], flags = [default_on]);
@@ -85,7 +86,9 @@ impl Role {
 }
 
 /// Run one tier until SIGTERM/SIGINT: prints `LISTENING <addr>` once it accepts connections.
+/// Injects the problems `ARCHIPELAGO_PROBLEMS` names ([`crate::problems`]).
 pub fn run_role(role: Role) -> std::io::Result<()> {
+    let problems = Problems::from_env().map_err(std::io::Error::other)?;
     net::install_signals();
     obs::init(role.name());
     ev!(ROLE_START, role = role.name(), pid = std::process::id() as u64);
@@ -100,11 +103,11 @@ pub fn run_role(role: Role) -> std::io::Result<()> {
             Arc::new(move |m| c.handle(m))
         }
         Role::Mapper { next, object_size, .. } => {
-            let c = Arc::new(mapper::Mapper::new(next, object_size));
+            let c = Arc::new(mapper::Mapper::new(next, object_size).with_problems(problems));
             Arc::new(move |m| c.handle(m))
         }
         Role::Blocker { dir, fsync_every, .. } => {
-            let b = Arc::new(blocker::Blocker::new(dir, fsync_every)?);
+            let b = Arc::new(blocker::Blocker::new(dir, fsync_every)?.with_problems(problems));
             Arc::new(move |m| b.handle(m))
         }
     };

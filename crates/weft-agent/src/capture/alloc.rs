@@ -191,6 +191,17 @@ impl Allocator {
 
     /// Grant buffers for `target` on a node with `usage`, or refuse.
     pub fn allocate(&mut self, target: &Target, usage: &NodeUsage) -> Result<Allocation, AllocError> {
+        self.allocate_within(target, usage, None)
+    }
+
+    /// [`Allocator::allocate`] with this capture's own budget `cap` (bytes) on top of what
+    /// is left of the node's: the allocation uses at most the smaller of the two.
+    pub fn allocate_within(
+        &mut self,
+        target: &Target,
+        usage: &NodeUsage,
+        cap: Option<u64>,
+    ) -> Result<Allocation, AllocError> {
         for (&core, &value) in &usage.utilization {
             if !(0.0..=1.0).contains(&value) {
                 return Err(AllocError::BadUtilization { core, value });
@@ -211,11 +222,12 @@ impl Allocator {
                 return Err(AllocError::CoreBusy { core, holder });
             }
         }
-        let available = self.available();
+        let available = self.available().min(cap.unwrap_or(u64::MAX));
         let min = self.config.min_buffer;
         let fit = usize::try_from(available / min).unwrap_or(usize::MAX);
         if fit == 0 {
-            return Err(AllocError::BudgetTooSmall { available, budget: self.config.budget, min });
+            let budget = cap.unwrap_or(self.config.budget).min(self.config.budget);
+            return Err(AllocError::BudgetTooSmall { available, budget, min });
         }
         // (core, weight), in priority order: the first `fit` are traced.
         let chosen: Vec<(u32, u64)> = match target {

@@ -2,6 +2,7 @@
 
 mod bin;
 mod capture;
+mod exist;
 mod local;
 mod ship;
 mod spool;

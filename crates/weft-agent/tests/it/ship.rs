@@ -37,6 +37,10 @@ fn unauthorized_is_retried_and_bad_request_is_refused_and_counted() {
     assert_eq!(statuses, [401, 200, 400, 200], "the first batch is sent again after the 401");
     let lens: Vec<usize> = server.seen().iter().map(|s| s.body_len).collect();
     assert_eq!(lens, [40; 4]);
+    // A batch leaves the spool on the acknowledgement: the agent asks for one after the fsync.
+    for s in server.seen() {
+        assert!(s.headers.iter().any(|(k, v)| k == "weft-ack" && v == "fsync"), "{:?}", s.headers);
+    }
     let m = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     assert_eq!((m(&metrics.batches_sent), m(&metrics.spans_sent)), (2, 3 + 7));
     assert_eq!((m(&metrics.batches_refused), m(&metrics.spans_refused)), (1, 5));

@@ -50,6 +50,9 @@ pub struct ComponentStats {
     pub share: f64,
     /// Mean offset from the unit start where the row first appears (over units where present).
     pub mean_first_offset_ns: f64,
+    /// Units in which the row is present and some span of the unit is incomplete
+    /// (`weft.incomplete`): the row's time there comes from a cut journey.
+    pub incomplete_units: u64,
 }
 
 /// The breakdown of one direction over all its units.
@@ -64,6 +67,8 @@ pub struct DirectionBreakdown {
     pub spans: u64,
     /// End-to-end time per unit (first start to last end of the unit's spans).
     pub end_to_end: Stats,
+    /// Units with an incomplete span (`weft.incomplete`).
+    pub incomplete_units: u64,
     /// Rows in path order (mean first offset; the summed wire row last).
     pub components: Vec<ComponentStats>,
 }
@@ -120,6 +125,7 @@ struct SlotAcc {
     min_present: u64,
     max: u64,
     offset_sum: u128,
+    incomplete: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -129,6 +135,7 @@ struct DirAcc {
     e2e_sum: u128,
     e2e_min: u64,
     e2e_max: u64,
+    incomplete_units: u64,
     slots: HashMap<Slot, SlotAcc>,
     /// Reservoir of (end-to-end, per-slot times) per unit.
     samples: Vec<(u64, Vec<(Slot, u64)>)>,
@@ -331,8 +338,10 @@ impl BreakdownBuilder {
             e.1 = e.1.min(off);
         }
         let e2e = end - start;
+        let cut = members.iter().any(|&i| items[i].incomplete);
         let acc = &mut self.dirs[d];
         acc.units += 1;
+        acc.incomplete_units += cut as u64;
         acc.spans += members.len() as u64;
         acc.e2e_sum += e2e as u128;
         acc.e2e_min = if acc.units == 1 { e2e } else { acc.e2e_min.min(e2e) };
@@ -345,6 +354,7 @@ impl BreakdownBuilder {
             s.sum += t as u128;
             s.max = s.max.max(t);
             s.offset_sum += off as u128;
+            s.incomplete += cut as u64;
             values.push((slot, t));
         }
         values.sort_unstable();
@@ -414,6 +424,7 @@ impl BreakdownBuilder {
                     } else {
                         s.offset_sum as f64 / s.present as f64
                     },
+                    incomplete_units: s.incomplete,
                 }
             })
             .collect();
@@ -424,7 +435,14 @@ impl BreakdownBuilder {
                 .then(a.mean_first_offset_ns.total_cmp(&b.mean_first_offset_ns))
                 .then(a.name.cmp(&b.name))
         });
-        DirectionBreakdown { direction: label, units: acc.units, spans: acc.spans, end_to_end, components }
+        DirectionBreakdown {
+            direction: label,
+            units: acc.units,
+            spans: acc.spans,
+            end_to_end,
+            incomplete_units: acc.incomplete_units,
+            components,
+        }
     }
 }
 

@@ -45,6 +45,11 @@
 //! group, so the groups' means add up to the mean end-to-end time). Without rules every span
 //! belongs to one direction, [`ALL`] — the breakdown "across the search result".
 //!
+//! A unit with a span marked `weft.incomplete` (its opening or closing event was not matched:
+//! a cut journey) is counted per direction and per row present in it
+//! ([`DirectionBreakdown::incomplete_units`], [`ComponentStats::incomplete_units`]), so that
+//! rows computed from cut journeys can be marked.
+//!
 //! How spans get their direction (see [`Rule`] for the condition syntax):
 //!
 //! 1. a span matched by a rule that has span conditions (`key=value` on the span or its

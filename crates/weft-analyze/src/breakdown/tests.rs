@@ -383,3 +383,26 @@ mod props {
         }
     }
 }
+
+#[test]
+fn units_with_incomplete_spans_are_counted_per_row() {
+    // Two packets; the second one's sw0 hop lost its closing event.
+    let mut spans = packet();
+    let mut second: Vec<Span> = packet()
+        .into_iter()
+        .map(|mut s| {
+            s.trace_id = TraceId::from_u128(2);
+            s
+        })
+        .collect();
+    second[2].attributes.push(conv::INCOMPLETE, true);
+    spans.extend(second);
+    let b = breakdown(&spans, &Classifier::none(), &Options::default());
+    let d = b.direction(ALL).unwrap();
+    assert_eq!((d.units, d.incomplete_units), (2, 1));
+    // Every row of the cut unit is marked, since the unit's split is off as a whole.
+    assert_eq!(d.component("ns3/sw0").unwrap().incomplete_units, 1);
+    assert_eq!(d.component("ns3/h1").unwrap().incomplete_units, 1);
+    let whole = breakdown(&packet(), &Classifier::none(), &Options::default());
+    assert!(whole.direction(ALL).unwrap().components.iter().all(|c| c.incomplete_units == 0));
+}

@@ -16,6 +16,8 @@ pub(super) struct Item {
     pub(super) group: u32,
     pub(super) span_mask: u64,
     pub(super) root_mask: u64,
+    /// The span is marked `weft.incomplete=true` (its opening or closing event is missing).
+    pub(super) incomplete: bool,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -49,6 +51,7 @@ pub(super) fn item(span: &Span, groups: &mut Groups, by: &GroupBy, cls: &Classif
         group: groups.intern(span, by),
         span_mask: if cls.rules.is_empty() { 0 } else { cls.span_mask(span) },
         root_mask: if cls.rules.is_empty() { 0 } else { cls.root_mask(span) },
+        incomplete: span.attributes.get(conv::INCOMPLETE).and_then(|v| v.as_bool()).unwrap_or(false),
     }
 }
 

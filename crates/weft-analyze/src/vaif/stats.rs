@@ -12,7 +12,9 @@
 //! Only groups with at least [`Config::min_traces`] members are analysed. A group has *high
 //! variance* when its CV exceeds [`Config::cv_threshold`]; it is *consistently slow* when its
 //! CV is under that threshold and its mean lies above its request type's
-//! [`Config::cs_percentile`] of response times (over every grouped trace of the type).
+//! [`Config::cs_percentile`] of response times (over every grouped trace of the type) — a
+//! group holding every trace of its type is never slower than the type (one outlier in a
+//! steady group can lift its mean over the percentile).
 
 use super::Config;
 use super::ConfigError;
@@ -188,7 +190,8 @@ pub fn analyze(grouping: &Grouping, config: &Config) -> Result<Analysis, ConfigE
         let cv = (decomposition.mean_ns > 0.0).then(|| decomposition.variance.sqrt() / decomposition.mean_ns);
         let high_variance = cv.is_some_and(|cv| cv > config.cv_threshold);
         let consistently_slow = cv.is_some_and(|cv| cv < config.cv_threshold)
-            && decomposition.mean_ns > request_types[t].slow_threshold_ns;
+            && decomposition.mean_ns > request_types[t].slow_threshold_ns
+            && g.count() < request_types[t].traces;
         groups.push(GroupStats {
             group: i,
             request_type: t,
@@ -284,13 +287,16 @@ mod tests {
                 // Too small.
                 group("get", vec![vec![1, 2, 3], vec![1, 1, 1]]),
                 group("put", vec![vec![7, 7, 7, 7]]),
+                // The whole of its type: steady, one outlier lifts the mean over the 95th
+                // percentile; not slower than its own type.
+                group("stat", vec![[vec![200; 26], vec![240]].concat()]),
             ],
             ..Grouping::default()
         };
         let a = analyze(&grouping, &Config::default()).unwrap();
         assert_eq!(
             a.request_types.iter().map(|t| (t.name.as_str(), t.traces)).collect::<Vec<_>>(),
-            [("get", 53), ("put", 4)]
+            [("get", 53), ("put", 4), ("stat", 27)]
         );
         let by_group = |g: usize| a.groups.iter().find(|s| s.group == g);
         assert!(by_group(3).is_none());
@@ -305,6 +311,8 @@ mod tests {
         assert_eq!(a.groups[0].group, 0, "largest variance first");
         let put = by_group(4).unwrap();
         assert_eq!((put.request_type, put.consistently_slow), (1, false));
+        let stat = by_group(5).unwrap();
+        assert!(stat.cv.is_some_and(|cv| cv < 0.1) && !stat.consistently_slow, "{stat:?}");
         // Lowering the CV threshold below the slow group's CV takes its verdict away.
         let cfg = Config { cv_threshold: 0.001, ..Config::default() };
         let a = analyze(&grouping, &cfg).unwrap();

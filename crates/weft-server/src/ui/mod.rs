@@ -32,6 +32,7 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),
+    asset!("theme.js", "text/javascript; charset=utf-8"),
     asset!("app.js", "text/javascript; charset=utf-8"),
     asset!("util.js", "text/javascript; charset=utf-8"),
     asset!("search.js", "text/javascript; charset=utf-8"),

@@ -25,7 +25,8 @@ fn poll(
     results: Vec<(u64, CommandResult)>,
     wait_ms: u64,
 ) -> PollResponse {
-    let req = PollRequest { agent: agent.into(), host: "h".into(), after, results, wait_ms };
+    let req =
+        PollRequest { agent: agent.into(), host: "h".into(), after, results, wait_ms, ..Default::default() };
     let (st, _, body) = s.post("/api/control/poll", &[JSON, AUTH], &serde_json::to_vec(&req).unwrap());
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
     serde_json::from_slice(&body).unwrap()
@@ -247,4 +248,72 @@ fn requests_naming_another_host_are_refused() {
     assert_eq!(get_with_host(&allowed, "attacker.example", "/api/status"), 403);
     let any = TestServer::with(|_, c| c.allowed_hosts = vec!["*".into()]);
     assert_eq!(get_with_host(&any, "attacker.example", "/api/status"), 200);
+}
+
+/// Issue 18: agents are remembered up to MAX_AGENTS (keyed by input: the report's name); past
+/// it the stalest are forgotten, counted.
+#[test]
+fn remembered_agents_are_bounded_and_evictions_counted() {
+    let s = server();
+    let n = weft_server::control::MAX_AGENTS + 3;
+    for i in 0..n {
+        let rep = AgentReport { agent: format!("node-{i}"), host: "h".into(), ..AgentReport::default() };
+        let (st, _, _) = s.post("/api/agents/report", &[JSON, AUTH], &serde_json::to_vec(&rep).unwrap());
+        assert_eq!(st, 204);
+    }
+    assert_eq!(s.metric("weft_agents "), weft_server::control::MAX_AGENTS as f64);
+    assert_eq!(s.metric("weft_agents_evicted_total"), 3.0);
+}
+
+#[test]
+fn captures_reach_the_polling_agents_and_their_outcomes_come_back() {
+    use weft_control::proto::CaptureOutcome;
+    let s = server();
+    let cap = br#"{"pid":42,"period_ms":500,"functions":["handle_*"]}"#;
+    let (st, _, _) = s.post("/api/control/captures", &[JSON], cap);
+    assert_eq!(st, 401);
+    for (body, want) in [
+        (&br#"{"period_ms":500}"#[..], "exactly one target"),
+        (br#"{"pid":42,"period_ms":5000}"#, "field period_ms"),
+        (br#"{"pid":42,"period_ms":500,"backend":"magic"}"#, "field backend"),
+    ] {
+        let (st, _, b) = s.post("/api/control/captures", &[JSON, AUTH], body);
+        assert_eq!(st, 400, "{}", String::from_utf8_lossy(&b));
+        assert!(String::from_utf8_lossy(&b).contains(want), "{want}: {}", String::from_utf8_lossy(&b));
+    }
+    // An agent polls; a capture queued next reaches it (and a probe command with it).
+    let first = poll(&s, "node-a", None, vec![], 0);
+    let (st, _, b) = s.post("/api/control/captures", &[JSON, AUTH], cap);
+    assert_eq!(st, 202, "{}", String::from_utf8_lossy(&b));
+    let id = json(&b)["id"].as_u64().unwrap();
+    assert_eq!(json(&b)["targets"], serde_json::json!(["node-a"]));
+    let got = poll(&s, "node-a", Some(first.cursor), vec![], 0);
+    assert_eq!(got.captures.len(), 1);
+    assert_eq!((got.captures[0].id, got.captures[0].capture.pid), (id, Some(42)));
+    assert!(got.cursor >= id);
+    // Nothing is handed out twice.
+    let again = poll(&s, "node-a", Some(got.cursor), vec![], 0);
+    assert!(again.captures.is_empty());
+    // The outcome comes back on the next poll and completes the capture.
+    let out = CaptureOutcome { agent: "node-a".into(), calls: 7, spans: 7, ..CaptureOutcome::default() };
+    let req = PollRequest {
+        agent: "node-a".into(),
+        host: "h".into(),
+        after: Some(again.cursor),
+        capture_results: vec![(id, out)],
+        ..Default::default()
+    };
+    let (st, _, _) = s.post("/api/control/poll", &[JSON, AUTH], &serde_json::to_vec(&req).unwrap());
+    assert_eq!(st, 200);
+    let get = |path: &str| {
+        let mut r = s.agent.get(&s.url(path)).header("Authorization", "Bearer tok-123").call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_vec().unwrap())
+    };
+    let (st, b) = get(&format!("/api/control/captures/{id}"));
+    assert_eq!(st, 200);
+    let v = json(&b);
+    assert_eq!(v["complete"], true);
+    assert_eq!(v["results"][0]["calls"], 7);
+    assert_eq!(get("/api/control/captures/x").0, 400);
+    assert_eq!(get("/api/control/captures/999").0, 404);
 }

@@ -112,8 +112,10 @@ fn oversized_bodies_get_413() {
     // Small on the wire, too big once inflated.
     let z = gzip(&big);
     assert!(z.len() < 32 << 10, "{}", z.len());
-    let (st, _, _) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &z);
+    let (st, _, body) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &z);
     assert_eq!(st, 413);
+    let status = otlp::RpcStatus::decode(&body[..]).unwrap();
+    assert!(status.message.contains("--max-decompressed-size"), "names the limit: {}", status.message);
     assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"otlp_http\"}"), 2.0);
     assert_eq!(s.store.stats().buffer_spans, 0);
 }
@@ -218,7 +220,7 @@ fn grpc_overload_and_zipkin_limits() {
     let s = TestServer::with(|sc, c| {
         sc.flush_bytes = usize::MAX;
         sc.max_buffer_bytes = 64 << 10;
-        c.max_request_bytes = 16 << 10;
+        c.max_request_bytes = 256 << 10;
     });
     let batch = spans(11, 200);
     let addr = format!("http://{}", s.grpc);
@@ -238,8 +240,8 @@ fn grpc_overload_and_zipkin_limits() {
         dropped as f64
     );
     // Zipkin: 413 past the request limit, counted; 400 for a malformed body names the field.
-    let big = zipkin::encode_v2_json(&spans(12, 40));
-    assert!(big.len() > 16 << 10, "{}", big.len());
+    let big = zipkin::encode_v2_json(&spans(12, 1500));
+    assert!(big.len() > 256 << 10, "{}", big.len());
     let (st, _, _) = s.post("/api/v2/spans", &[JSON], &big);
     assert_eq!(st, 413);
     assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"zipkin\"}"), 1.0);
@@ -315,24 +317,65 @@ fn grpc_throttling_carries_retry_info() {
     }
 }
 
-/// WAL files whose fsyncs fail once `failing` is set.
+/// Issue 18 item 8: a sender that deletes its copy on the acknowledgement (`weft agent`) asks
+/// with `weft-ack: fsync` to be acknowledged only once its spans are fsynced, whatever the
+/// store's policy; the answer confirms it. Other requests keep the policy (here: never).
+#[test]
+fn weft_ack_fsync_is_acknowledged_after_the_fsync_and_confirmed() {
+    let files = SyncSeam::default();
+    let syncs = files.syncs.clone();
+    let s = TestServer::with(|sc, _| sc.wal_files = std::sync::Arc::new(files));
+    let opened = syncs.load(std::sync::atomic::Ordering::SeqCst);
+    let n = || syncs.load(std::sync::atomic::Ordering::SeqCst) - opened;
+    let body = otlp::encode_proto(&spans(43, 20));
+    let resp = s.agent.post(&s.url("/v1/traces")).header(PB.0, PB.1).send(&body[..]).unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert!(resp.headers().get("weft-ack").is_none());
+    assert_eq!(n(), 0, "the store's policy is never");
+    let resp = s
+        .agent
+        .post(&s.url("/v1/traces"))
+        .header(PB.0, PB.1)
+        .header("weft-ack", "fsync")
+        .send(&body[..])
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers().get("weft-ack").and_then(|v| v.to_str().ok()), Some("fsync"));
+    assert_eq!(n(), 1, "fsynced before the answer");
+    // gRPC: the same, as request and response metadata.
+    let out = s.rt.block_on(async {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+        let mut c = TraceServiceClient::connect(format!("http://{}", s.grpc)).await.unwrap();
+        let mut req = tonic::Request::new(otlp::to_request(&spans(44, 20)));
+        req.metadata_mut().insert("weft-ack", tonic::metadata::MetadataValue::from_static("fsync"));
+        c.export(req).await.unwrap()
+    });
+    assert_eq!(out.metadata().get("weft-ack").and_then(|v| v.to_str().ok()), Some("fsync"));
+    assert_eq!(n(), 2);
+}
+
+/// WAL files that count their fsyncs, which fail once `failing` is set.
 #[derive(Debug, Clone, Default)]
-struct FailingSync(std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct SyncSeam {
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    syncs: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
 
-struct FailingSyncFile(Box<dyn weft_store::wal::WalIo>, std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct SyncSeamFile(Box<dyn weft_store::wal::WalIo>, SyncSeam);
 
-impl weft_store::wal::WalFiles for FailingSync {
+impl weft_store::wal::WalFiles for SyncSeam {
     fn create(&self, path: &std::path::Path) -> std::io::Result<Box<dyn weft_store::wal::WalIo>> {
-        Ok(Box::new(FailingSyncFile(weft_store::wal::OsFiles.create(path)?, self.0.clone())))
+        Ok(Box::new(SyncSeamFile(weft_store::wal::OsFiles.create(path)?, self.clone())))
     }
 }
 
-impl weft_store::wal::WalIo for FailingSyncFile {
+impl weft_store::wal::WalIo for SyncSeamFile {
     fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
         self.0.write_all(buf)
     }
     fn sync_data(&self) -> std::io::Result<()> {
-        if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+        self.1.syncs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.1.failing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(std::io::Error::other("injected fsync failure (EIO)"));
         }
         self.0.sync_data()
@@ -344,8 +387,8 @@ impl weft_store::wal::WalIo for FailingSyncFile {
 /// OTLP clients drop), gRPC UNAVAILABLE; nothing is acknowledged.
 #[test]
 fn a_poisoned_store_answers_503_with_retry_after_and_grpc_unavailable() {
-    let files = FailingSync::default();
-    let failing = files.0.clone();
+    let files = SyncSeam::default();
+    let failing = files.failing.clone();
     let s = TestServer::with(|sc, _| {
         sc.fsync = weft_store::FsyncPolicy::Always;
         sc.wal_files = std::sync::Arc::new(files);
@@ -393,4 +436,51 @@ fn a_request_that_expands_past_the_append_limit_gets_413_alone() {
     assert_eq!(st, 200, "{}", String::from_utf8_lossy(&b));
     assert_eq!(s.store.stats().buffer_spans, ok.len() as u64);
     assert_eq!(s.metric("weft_store_appends_too_large_total"), 1.0);
+}
+
+/// Issue 18 item 6: a client that retries a request it saw fail after the server had written
+/// it (a dropped connection) sends the same spans twice, and both are acknowledged. The trace
+/// API returns each span once, with its events once.
+#[test]
+fn the_same_otlp_body_posted_twice_reads_back_once() {
+    let s = TestServer::start();
+    let batch = spans(42, 80);
+    let body = otlp::encode_proto(&batch);
+    for _ in 0..2 {
+        let (st, _, _) = s.post("/v1/traces", &[PB], &body);
+        assert_eq!(st, 200);
+    }
+    assert_eq!(s.store.stats().buffer_spans, 2 * batch.len() as u64, "both copies are stored");
+    let mut ids: Vec<_> = batch.iter().map(|x| x.trace_id).collect();
+    ids.sort();
+    ids.dedup();
+    for t in ids {
+        let (st, got) = s.get(&format!("/api/v3/traces/{t}"));
+        assert_eq!(st, 200);
+        let v: serde_json::Value = serde_json::from_str(&got).unwrap();
+        let got = otlp::decode_json(v["result"].to_string().as_bytes()).unwrap();
+        let want: Vec<_> = batch.iter().filter(|x| x.trace_id == t).cloned().collect();
+        assert_eq!(canon(got), canon(want), "trace {t}");
+    }
+}
+
+/// Issue 18: gRPC honours --max-request-size, judged by the message's declared length before
+/// anything is decoded (it used to decode up to 64 MiB first), and says which limit.
+#[test]
+fn grpc_messages_past_the_request_limit_are_refused_before_decoding() {
+    let s = TestServer::with(|_, c| c.max_request_bytes = 16 << 10);
+    let batch = spans(14, 400);
+    assert!(otlp::to_request(&batch).encoded_len() > 16 << 10);
+    let out = grpc_exports(&s, &batch, 1);
+    let st = out[0].as_ref().unwrap_err();
+    assert_eq!(st.code(), tonic::Code::ResourceExhausted, "{st:?}");
+    assert!(st.message().contains("--max-request-size"), "{}", st.message());
+    assert_eq!(retry_delay(st), None, "413-like: not to be retried");
+    assert_eq!(s.metric("weft_requests_too_large_total{receiver=\"otlp_grpc\"}"), 1.0);
+    assert_eq!(s.metric("weft_requests_total{receiver=\"otlp_grpc\"}"), 1.0);
+    assert_eq!(s.store.stats().buffer_spans, 0);
+    // a small one still goes through, and the budget it held is given back
+    let small = spans(15, 5);
+    assert!(grpc_exports(&s, &small, 3).iter().all(Result::is_ok));
+    assert_eq!(s.state().inflight_available(), s.state().config.max_inflight_bytes / 1024);
 }

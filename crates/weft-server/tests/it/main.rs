@@ -3,6 +3,7 @@
 
 mod control;
 mod ingest;
+mod listeners;
 mod params;
 mod reads;
 mod ui;
@@ -16,7 +17,12 @@ use weft_store::{FsyncPolicy, Store, StoreConfig};
 pub struct TestServer {
     pub rt: tokio::runtime::Runtime,
     pub running: Option<Running>,
+    /// The query listener (reads, SQL, metrics, control API, UI).
     pub http: SocketAddr,
+    /// The OTLP/HTTP listener.
+    pub otlp: SocketAddr,
+    /// The Zipkin listener.
+    pub zipkin: SocketAddr,
     pub grpc: SocketAddr,
     pub store: Store,
     pub agent: ureq::Agent,
@@ -42,8 +48,8 @@ impl TestServer {
         let mut cfg = ServerConfig {
             otlp_http: loopback0(),
             otlp_grpc: loopback0(),
-            zipkin: None,
-            http: None,
+            zipkin: loopback0(),
+            http: loopback0(),
             ..ServerConfig::default()
         };
         tweak(&mut sc, &mut cfg);
@@ -56,7 +62,9 @@ impl TestServer {
         let agent: ureq::Agent =
             ureq::Agent::config_builder().http_status_as_error(false).max_idle_connections(0).build().into();
         TestServer {
-            http: running.otlp_http.unwrap(),
+            http: running.http.unwrap(),
+            otlp: running.otlp_http.unwrap(),
+            zipkin: running.zipkin.unwrap(),
             grpc: running.otlp_grpc.unwrap(),
             running: Some(running),
             rt,
@@ -66,8 +74,19 @@ impl TestServer {
         }
     }
 
+    /// A URL on the query listener.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.http, path)
+    }
+
+    /// Where a POST to `path` goes: the receivers' own listeners, else the query listener.
+    pub fn post_url(&self, path: &str) -> String {
+        let addr = match path {
+            "/v1/traces" => self.otlp,
+            "/api/v2/spans" => self.zipkin,
+            _ => self.http,
+        };
+        format!("http://{addr}{path}")
     }
 
     pub fn state(&self) -> &AppState {
@@ -88,9 +107,10 @@ impl TestServer {
         serde_json::from_str(&b).unwrap_or_else(|e| panic!("GET {path}: {e}: {b}"))
     }
 
-    /// POST → (status, headers of interest, body bytes).
+    /// POST (to the listener of `path`, see [`TestServer::post_url`]) → (status, headers of
+    /// interest, body bytes).
     pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Option<String>, Vec<u8>) {
-        let mut req = self.agent.post(&self.url(path));
+        let mut req = self.agent.post(&self.post_url(path));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }

@@ -281,3 +281,49 @@ fn metrics_and_status() {
     let (st, _) = s.get("/no/such/thing");
     assert_eq!(st, 404);
 }
+
+/// Issue 18: SQL cannot take the server: one huge row is refused naming the limit, a query
+/// past the timeout is cancelled (504), queries past the concurrency limit get 503 with
+/// `Retry-After`, and ingest keeps acknowledging while a heavy query runs.
+#[test]
+fn sql_is_bounded_in_bytes_time_and_concurrency() {
+    let s = TestServer::with(|_, c| {
+        c.query_timeout = std::time::Duration::from_secs(3);
+        c.sql_concurrency = 1;
+        c.sql_max_bytes = 1 << 20;
+    });
+    load(&s, 2000);
+    let (st, _, body) = s.post("/api/sql", &[], b"SELECT repeat('x', 8000000) AS x");
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("limit of 1048576 bytes"), "{body}");
+
+    let url = s.url("/api/sql");
+    let heavy = std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut r = agent.post(&url).send("SELECT count(*) FROM spans a, spans b, spans c WHERE a.duration_ns + b.duration_ns > c.duration_ns").unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while s.metric("weft_sql_running") < 1.0 {
+        assert!(!heavy.is_finished(), "the heavy query ended early: {:?}", heavy.join().unwrap());
+        assert!(std::time::Instant::now() < deadline, "the heavy query did not start");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (st, retry, body) = s.post("/api/sql", &[], b"SELECT 1");
+    assert_eq!(st, 503, "{}", String::from_utf8_lossy(&body));
+    let busy = (retry, String::from_utf8_lossy(&body).into_owned());
+    assert_eq!(busy.0.as_deref(), Some("1"));
+    assert!(busy.1.contains("--sql-concurrency"), "{}", busy.1);
+    // ingest is not starved by the heavy query
+    let more = spans(21, 50);
+    let (st, _, _) =
+        s.post("/v1/traces", &[("Content-Type", "application/x-protobuf")], &otlp::encode_proto(&more));
+    assert_eq!(st, 200);
+    let (st, body) = heavy.join().unwrap();
+    assert_eq!(st, 504, "{body}");
+    assert!(body.contains("--query-timeout"), "{body}");
+    // the slot is free again
+    let (st, _, _) = s.post("/api/sql", &[], b"SELECT 1");
+    assert_eq!(st, 200);
+}

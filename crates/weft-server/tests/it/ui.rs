@@ -58,8 +58,30 @@ fn assets_are_embedded_served_and_complete() {
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
     let etag = r.headers()["etag"].to_str().unwrap().to_owned();
+    let csp = r.headers()["content-security-policy"].to_str().unwrap().to_owned();
+    assert!(csp.contains("default-src 'self'") && !csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
     let html = r.body_mut().read_to_string().unwrap();
     assert!(html.contains("/ui/app.js") && html.contains("type=\"module\""));
+    // the policy allows no inline script: every script is a file
+    assert!(!html.contains("<script>") && html.contains("<script src=\"/ui/theme.js\">"), "{html}");
+    // every answer of the query listener carries both headers, errors included
+    for path in ["/api/status", "/api/sql?q=SELECT%201", "/metrics", "/nope"] {
+        let r = s.agent.get(&s.url(path)).call().unwrap();
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(r.headers()["content-security-policy"], csp.as_str(), "{path}");
+    }
+    // no HTML is built from data: innerHTML only ever takes a constant string literal
+    for (name, _, bytes) in ASSETS.iter().filter(|a| a.0.ends_with(".js")) {
+        let js = String::from_utf8_lossy(bytes);
+        for (n, line) in js.lines().enumerate() {
+            if let Some((_, rhs)) = line.split_once("innerHTML =") {
+                let rhs = rhs.trim();
+                let literal = rhs.is_empty() || (rhs.starts_with('\'') && !rhs.contains("${"));
+                assert!(literal, "{name}:{}: innerHTML built from data: {line}", n + 1);
+            }
+        }
+    }
     let r = s.agent.get(&s.url("/ui/trace.js")).call().unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/javascript; charset=utf-8");

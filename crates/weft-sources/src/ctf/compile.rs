@@ -250,6 +250,23 @@ impl Compiled {
     pub(crate) fn stream_index(&self, id: u64) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
     }
+
+    /// A clock value of stream class `stream` (an index into [`Compiled::streams`]) in ns since
+    /// the clock's origin (0 without a clock).
+    #[inline]
+    pub fn cycles_to_ns(&self, stream: usize, cycles: u64) -> u64 {
+        let Some(sc) = self.streams.get(stream) else { return 0 };
+        match (sc.clock_base_ns, sc.clock) {
+            (Some(base), _) => (base + cycles as i128).clamp(0, u64::MAX as i128) as u64,
+            (None, Some(ci)) => self.meta.clocks[ci].to_ns(cycles),
+            (None, None) => 0,
+        }
+    }
+
+    /// The index in [`Compiled::streams`] of the stream class with `id`.
+    pub fn stream_class(&self, id: u64) -> Option<usize> {
+        self.stream_index(id)
+    }
 }
 
 struct Frame {

@@ -96,6 +96,11 @@ impl StreamStats {
 enum Source {
     File(File),
     Mem(Arc<[u8]>),
+    /// Packets pushed as they arrive (LTTng live): the bytes from stream offset `base` on.
+    Live {
+        data: Vec<u8>,
+        base: u64,
+    },
 }
 
 impl Source {
@@ -113,14 +118,18 @@ impl Source {
                 }
                 Ok(done)
             }
-            Source::Mem(m) => {
-                let start = (off as usize).min(m.len());
-                let n = buf.len().min(m.len() - start);
-                buf[..n].copy_from_slice(&m[start..start + n]);
-                Ok(n)
-            }
+            Source::Mem(m) => Ok(copy_from(m, off, buf)),
+            Source::Live { data, base } => Ok(copy_from(data, off.saturating_sub(*base), buf)),
         }
     }
+}
+
+/// Copies `src[off..]` into `buf` as far as both go; returns how many bytes.
+fn copy_from(src: &[u8], off: u64, buf: &mut [u8]) -> usize {
+    let start = (off.min(src.len() as u64)) as usize;
+    let n = buf.len().min(src.len() - start);
+    buf[..n].copy_from_slice(&src[start..start + n]);
+    n
 }
 
 /// A decoding failure inside a packet (bit position relative to the packet start). Boxed, so
@@ -458,6 +467,8 @@ pub struct StreamDecoder {
     uuid_warned: bool,
     /// The current packet is cut short (already reported).
     truncated: bool,
+    /// Metadata to switch to at the next packet (live metadata grows).
+    next_trace: Option<Arc<Compiled>>,
     stats: StreamStats,
 }
 
@@ -480,6 +491,37 @@ impl StreamDecoder {
         Self::new(trace, PathBuf::from(name), Source::Mem(bytes), len, opts)
     }
 
+    /// A decoder fed packet by packet ([`StreamDecoder::push_packet`]), as an LTTng live viewer
+    /// receives them; `name` is used in errors. [`StreamDecoder::next_event`] returning `false`
+    /// means "no more events until the next packet", not the end.
+    pub fn live(trace: Arc<Compiled>, name: &str, opts: DecodeOptions) -> StreamDecoder {
+        Self::new(trace, PathBuf::from(name), Source::Live { data: Vec::new(), base: 0 }, 0, opts)
+    }
+
+    /// Appends a whole packet to a live decoder (the bytes of packets already decoded are
+    /// dropped, so memory stays one packet or two). Returns `false` (and ignores the bytes)
+    /// for a decoder that reads a file or a buffer.
+    pub fn push_packet(&mut self, packet: &[u8]) -> bool {
+        let Source::Live { data, base } = &mut self.src else { return false };
+        // Everything before the next packet is decoded or copied into the packet buffer.
+        let consumed = (self.next_off.saturating_sub(*base) as usize).min(data.len());
+        data.drain(..consumed);
+        *base += consumed as u64;
+        data.extend_from_slice(packet);
+        self.len = *base + data.len() as u64;
+        true
+    }
+
+    /// Switches to a newer version of the metadata (live metadata grows as tracepoints
+    /// register) from the next packet on.
+    pub fn set_trace(&mut self, trace: Arc<Compiled>) {
+        self.next_trace = Some(trace);
+    }
+
+    fn is_live(&self) -> bool {
+        matches!(self.src, Source::Live { .. })
+    }
+
     fn new(trace: Arc<Compiled>, path: PathBuf, src: Source, len: u64, opts: DecodeOptions) -> StreamDecoder {
         let slots = std::array::from_fn(|s| vec![0u64; trace.slot_counts[s] as usize]);
         StreamDecoder {
@@ -500,6 +542,7 @@ impl StreamDecoder {
             last_seq: None,
             uuid_warned: false,
             truncated: false,
+            next_trace: None,
             stats: StreamStats::default(),
         }
     }
@@ -587,8 +630,15 @@ impl StreamDecoder {
     fn load_packet(&mut self) -> Result<bool, CtfError> {
         loop {
             if self.done || self.next_off >= self.len {
-                self.done = true;
+                // A live stream ends only when its owner stops feeding it.
+                self.done = !self.is_live();
                 return Ok(false);
+            }
+            if let Some(t) = self.next_trace.take() {
+                for (s, v) in self.cur.slots.iter_mut().enumerate() {
+                    v.resize(t.slot_counts[s] as usize, 0);
+                }
+                self.trace = t;
             }
             self.packet_off = self.next_off;
             self.cur.buf.clear();
@@ -597,8 +647,13 @@ impl StreamDecoder {
                 Err((e, fatal)) => {
                     let left = self.len - self.packet_off;
                     if fatal {
-                        // Without a trustworthy packet size there is no next packet to go to.
+                        // Without a trustworthy packet size there is no next packet to go to
+                        // (a live stream's next packet comes whole: go on with it).
                         self.fail(e, left)?;
+                        if self.is_live() {
+                            self.next_off = self.len;
+                            continue;
+                        }
                         self.done = true;
                         return Ok(false);
                     }
@@ -839,12 +894,7 @@ impl StreamDecoder {
     /// The current event's time in ns since the clock's origin (0 without a clock).
     #[inline]
     pub fn time_ns(&self) -> u64 {
-        let sc = &self.trace.streams[self.stream];
-        match (sc.clock_base_ns, sc.clock) {
-            (Some(base), _) => (base + self.ts as i128).clamp(0, u64::MAX as i128) as u64,
-            (None, Some(ci)) => self.trace.meta.clocks[ci].to_ns(self.ts),
-            (None, None) => 0,
-        }
+        self.trace.cycles_to_ns(self.stream, self.ts)
     }
 
     /// The value of a special packet-context field for the current packet.

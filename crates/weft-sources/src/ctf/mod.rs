@@ -24,6 +24,10 @@
 //!   errors with samples). Errors name the stream file, the packet's byte offset and the byte
 //!   (and bit) where decoding failed.
 //! * [`record`]: [`EventRecord`] and its mapping to `EventKind::Tracepoint` (table there).
+//! * [`live`]: LTTng live — the viewer side of `lttng-relayd`'s protocol ([`live::Viewer`]) and
+//!   [`LiveReader`], which follows a session while it records: live decoders fed packet by
+//!   packet ([`StreamDecoder::live`]), metadata re-parsed as it grows, a time-ordered merge
+//!   released up to a watermark (event times, inactivity beacons).
 //! * [`trace`]: [`CtfTrace`] (one metadata + its streams), [`find_traces`] (LTTng-UST and
 //!   kernel layouts, recursively), [`Merged`] (time-ordered k-way merge) and [`CtfReader`]
 //!   (weft events in batches).
@@ -47,6 +51,7 @@ pub mod compile;
 pub mod decode;
 pub mod error;
 mod lex;
+pub mod live;
 pub mod meta;
 pub mod record;
 pub mod trace;
@@ -55,6 +60,7 @@ mod tsdl;
 pub use compile::{Compiled, EventClass, Scope, StreamClass};
 pub use decode::{DecodeOptions, StreamDecoder, StreamStats, Val};
 pub use error::CtfError;
+pub use live::{LiveError, LiveOptions, LiveReader, LiveStats, LiveUrl};
 pub use meta::Metadata;
 pub use record::EventRecord;
 pub use trace::{CtfReader, CtfTrace, Merged, find_traces, open_traces};

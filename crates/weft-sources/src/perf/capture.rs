@@ -67,6 +67,9 @@ pub struct CaptureConfig {
     pub target: Target,
     /// Data pages per CPU ring (a power of two; 256 pages = 1 MiB).
     pub ring_pages: usize,
+    /// Only these CPUs, each with its own ring size in data pages (a power of two); empty =
+    /// every online CPU with `ring_pages`.
+    pub cpus: Vec<(u32, usize)>,
     /// Source id stamped on the events.
     pub source: SourceId,
 }
@@ -82,6 +85,7 @@ impl Default for CaptureConfig {
             uprobes: Vec::new(),
             target: Target::All,
             ring_pages: 256,
+            cpus: Vec::new(),
             source: SourceId(0),
         }
     }
@@ -94,6 +98,8 @@ pub struct CpuStats {
     pub cpu: u32,
     /// Records read.
     pub records: u64,
+    /// Bytes of the records read (headers included).
+    pub bytes: u64,
     /// Records the kernel dropped because the ring was full (`PERF_RECORD_LOST`).
     pub lost: u64,
     /// Reads cut short by an impossible record header.
@@ -128,11 +134,19 @@ struct CpuRing {
     stats: CpuStats,
 }
 
+/// An event that [`Capture::enable`] starts, with its CPU; the ring owners (the per-CPU
+/// `sched_switch` or dummy event) are what [`Capture::enable_owners`] starts alone.
+struct CpuFd {
+    cpu: u32,
+    owner: bool,
+    fd: PerfFd,
+}
+
 /// An open capture.
 pub struct Capture {
     rings: Vec<CpuRing>,
     /// Events enabled by [`Capture::enable`] (per-task events of an `Exec` target wait for exec).
-    enable_now: Vec<PerfFd>,
+    enable_now: Vec<CpuFd>,
     /// Events that enable themselves at exec.
     on_exec: Vec<PerfFd>,
     decoder: Decoder,
@@ -198,12 +212,17 @@ const BASE: u64 = SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU;
 impl Capture {
     /// Opens every event (disabled) and maps the rings.
     pub fn open(cfg: &CaptureConfig) -> Result<Capture, PerfError> {
-        let cpus = sys::online_cpus()?;
-        if !cfg.ring_pages.is_power_of_two() {
-            return Err(PerfError::Config(format!(
-                "ring size {} pages is not a power of two",
-                cfg.ring_pages
-            )));
+        let cpus: Vec<(u32, usize)> = if cfg.cpus.is_empty() {
+            sys::online_cpus()?.into_iter().map(|c| (c, cfg.ring_pages)).collect()
+        } else {
+            let online = sys::online_cpus()?;
+            if let Some((c, _)) = cfg.cpus.iter().find(|(c, _)| !online.contains(c)) {
+                return Err(PerfError::Config(format!("CPU {c} is not online (online: {online:?})")));
+            }
+            cfg.cpus.clone()
+        };
+        if let Some((_, pages)) = cpus.iter().find(|(_, p)| !p.is_power_of_two()) {
+            return Err(PerfError::Config(format!("ring size {pages} pages is not a power of two")));
         }
         if cfg.tracepoints.is_empty() && cfg.uprobes.is_empty() {
             return Err(PerfError::Config(
@@ -213,7 +232,6 @@ impl Capture {
         let clock = monotonic_to_unix();
         let mut decoder = Decoder::new(clock, cfg.source).with_proc_lookups(true);
         let page = 4096u32;
-        let wakeup = (cfg.ring_pages as u32 * page / 4).max(page);
 
         // Resolve tracepoints.
         let mut formats: Vec<Format> = Vec::new();
@@ -309,7 +327,7 @@ impl Capture {
         let mut rings = Vec::new();
         let mut enable_now = Vec::new();
         let mut on_exec = Vec::new();
-        let opt = |layout: Layout, context_switch: bool| EventOptions {
+        let opt = |layout: Layout, context_switch: bool, wakeup: u32| EventOptions {
             layout,
             inherit: false,
             enable_on_exec: false,
@@ -317,14 +335,15 @@ impl Capture {
             wakeup_bytes: wakeup,
             context_switch,
         };
-        for &cpu in &cpus {
+        for &(cpu, ring_pages) in &cpus {
             let c = cpu as i32;
+            let wakeup = (ring_pages.min(1 << 20) as u32 * page / 4).max(page);
             // The ring owner: sched_switch for every task, or a dummy event.
             let owner = match switch.first() {
                 Some(f) => {
                     let fd = PerfFd::open(
                         &EventSpec::Tracepoint { id: f.id },
-                        &opt(tp_layout, true),
+                        &opt(tp_layout, true, wakeup),
                         -1,
                         c,
                         false,
@@ -338,7 +357,7 @@ impl Capture {
                 None => {
                     let fd = PerfFd::open(
                         &EventSpec::Dummy,
-                        &opt(dummy_layout, false),
+                        &opt(dummy_layout, false, wakeup),
                         -1,
                         c,
                         false,
@@ -348,7 +367,7 @@ impl Capture {
                     fd
                 }
             };
-            let ring = Ring::map(&owner, cfg.ring_pages, &owner.what)?;
+            let ring = Ring::map(&owner, ring_pages, &owner.what)?;
             let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: rings.len() as u64 };
             // SAFETY: registering an open fd with our epoll instance.
             if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, owner.as_raw_fd(), &mut ev) }
@@ -387,7 +406,7 @@ impl Capture {
                 if o.enable_on_exec {
                     on_exec.push(fd);
                 } else {
-                    enable_now.push(fd);
+                    enable_now.push(CpuFd { cpu, owner: false, fd });
                 }
                 Ok(())
             };
@@ -428,7 +447,7 @@ impl Capture {
                     }
                 }
             }
-            enable_now.push(owner);
+            enable_now.push(CpuFd { cpu, owner: true, fd: owner });
         }
         let opened = enable_now.len() + on_exec.len();
         tracing::debug!(opened, cpus = cpus.len(), "kernel capture opened");
@@ -452,15 +471,48 @@ impl Capture {
 
     /// Starts the events (per-task events of an `Exec` target start at the child's exec).
     pub fn enable(&self) -> Result<(), PerfError> {
-        for fd in &self.enable_now {
-            fd.enable()?;
+        for e in &self.enable_now {
+            e.fd.enable()?;
         }
         Ok(())
     }
 
+    /// Starts only the ring owners: the per-CPU `sched_switch` events (or the dummy events
+    /// when the capture has no `sched_switch`). The other events wait for
+    /// [`Capture::enable_cpu`] — EXIST's controller switches a CPU's tracer on when the target
+    /// first runs there.
+    pub fn enable_owners(&self) -> Result<(), PerfError> {
+        for e in self.enable_now.iter().filter(|e| e.owner) {
+            e.fd.enable()?;
+        }
+        Ok(())
+    }
+
+    /// Starts the events of `cpu` other than its ring owner; the number of events started.
+    pub fn enable_cpu(&self, cpu: u32) -> Result<usize, PerfError> {
+        let mut n = 0;
+        for e in self.enable_now.iter().filter(|e| e.cpu == cpu && !e.owner) {
+            e.fd.enable()?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Stops the events of `cpu` other than its ring owner (a CPU whose buffer is full).
+    pub fn disable_cpu(&self, cpu: u32) {
+        for e in self.enable_now.iter().filter(|e| e.cpu == cpu && !e.owner) {
+            e.fd.disable();
+        }
+    }
+
+    /// The CPUs the capture has a ring on.
+    pub fn cpus(&self) -> Vec<u32> {
+        self.rings.iter().map(|r| r.cpu).collect()
+    }
+
     /// Stops every event.
     pub fn disable(&self) {
-        for fd in self.enable_now.iter().chain(&self.on_exec) {
+        for fd in self.enable_now.iter().map(|e| &e.fd).chain(&self.on_exec) {
             fd.disable();
         }
     }
@@ -510,6 +562,7 @@ impl Capture {
             let lost_before = decoder.stats.lost;
             r.ring.drain(|rec| {
                 stats.records += 1;
+                stats.bytes += rec.len() as u64;
                 match decoder.decode(rec, cpu) {
                     Decoded::Event(e) => {
                         // Per-CPU events of every task: kept for traced threads only.

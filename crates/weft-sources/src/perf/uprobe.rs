@@ -126,28 +126,57 @@ fn find_binary(bin: &str) -> Result<PathBuf, PerfError> {
 
 /// The virtual address and file offset of `func` in the ELF image `data`.
 pub fn function_offset(data: &[u8], func: &str) -> Result<(u64, u64), String> {
-    use object::{Object, ObjectSegment};
-    let table = SymbolTable::from_bytes(
-        data,
-        "uprobe",
-        &LoadOptions { format: SymbolFormat::Elf, ..Default::default() },
-    )?;
+    let table = function_table(data)?;
     let sym = table.symbols().iter().find(|s| &*s.name == func).ok_or_else(|| {
         format!("no function {func:?} in the symbol table ({} functions; stripped binary?)", table.len())
     })?;
+    address_offset(data, sym.addr).map(|off| (sym.addr, off)).map_err(|m| format!("function {func}: {m}"))
+}
+
+/// Every function of the binary `bin` (a path, or a name looked up on `PATH`) whose name
+/// `keep` accepts, resolved as uprobe targets named `bin:function`, in address order. An
+/// address with several names (aliases) is probed once, under its first name.
+pub fn resolve_matching(bin: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<UprobeTarget>, PerfError> {
+    let path = find_binary(bin)?;
+    let data = std::fs::read(&path).map_err(|e| PerfError::io(&path, "read binary", e))?;
+    let elf = |msg| PerfError::Elf { path: path.clone(), msg };
+    let table = function_table(&data).map_err(elf)?;
+    let mut out = Vec::new();
+    for sym in table.symbols().iter().filter(|s| keep(&s.name)) {
+        // Functions outside file-backed code (none in practice) cannot be probed: skipped.
+        let Ok(offset) = address_offset(&data, sym.addr) else { continue };
+        out.push(UprobeTarget {
+            name: Arc::from(format!("{bin}:{}", sym.name)),
+            path: path.clone(),
+            function: sym.name.to_string(),
+            addr: sym.addr,
+            offset,
+        });
+    }
+    Ok(out)
+}
+
+fn function_table(data: &[u8]) -> Result<SymbolTable, String> {
+    SymbolTable::from_bytes(data, "uprobe", &LoadOptions { format: SymbolFormat::Elf, ..Default::default() })
+}
+
+/// The file offset of the virtual address `addr` in the ELF image `data`, through the
+/// loadable segment that contains it (`addr - p_vaddr + p_offset`).
+pub fn address_offset(data: &[u8], addr: u64) -> Result<u64, String> {
+    use object::{Object, ObjectSegment};
     let file = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
     for seg in file.segments() {
         let (start, size) = (seg.address(), seg.size());
-        if sym.addr >= start && sym.addr < start.saturating_add(size) {
+        if addr >= start && addr < start.saturating_add(size) {
             let (foff, fsize) = seg.file_range();
-            let rel = sym.addr - start;
+            let rel = addr - start;
             if rel >= fsize {
-                return Err(format!("function {func} at {:#x} is not backed by file data", sym.addr));
+                return Err(format!("{addr:#x} is not backed by file data"));
             }
-            return Ok((sym.addr, foff + rel));
+            return Ok(foff + rel);
         }
     }
-    Err(format!("function {func} at {:#x} lies in no loadable segment", sym.addr))
+    Err(format!("{addr:#x} lies in no loadable segment"))
 }
 
 #[cfg(test)]
@@ -170,5 +199,10 @@ mod tests {
         assert_eq!(&data[off as usize..off as usize + 8], &sec_bytes[in_sec..in_sec + 8]);
         assert!(function_offset(&data, "no_such_function_here").unwrap_err().contains("no function"));
         assert!(UprobeTarget::resolve("nocolon").is_err());
+        let exe = exe.to_str().unwrap();
+        let all = resolve_matching(exe, |n| n == "main").unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!((all[0].addr, all[0].offset), (addr, off));
+        assert_eq!(&*all[0].name, format!("{exe}:main"));
     }
 }

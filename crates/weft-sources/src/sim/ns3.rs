@@ -22,8 +22,8 @@
 //! `SimpleNetDevice` the manually peeked Ethernet header is garbage (the packet carries no
 //! Ethernet header there), so an Ethernet header is taken from the packet print, or from the
 //! manual print only on a `CosimNetDevice` (raw frames from the NIC). ARP and IPv4 come from
-//! their first occurrence; UDP/TCP ports from the packet print; `Payload (size=N)` gives the
-//! payload size (0 if absent).
+//! their first occurrence; UDP/TCP ports and TCP `Seq=`/`Ack=` from the packet print;
+//! `Payload (size=N)` gives the payload size (0 if absent).
 //!
 //! **Boundary.** `CosimNetDevice/RxPacketFromAdapter` = the packet entered the network from a
 //! NIC simulator; `CosimNetDevice/TxPacketToAdapter` = it leaves towards one; all else is
@@ -77,6 +77,8 @@ struct Finders {
     ip_protocol: Finder<'static>,
     arp_src: Finder<'static>,
     arp_dst: Finder<'static>,
+    tcp_seq: Finder<'static>,
+    tcp_ack: Finder<'static>,
 }
 
 impl Finders {
@@ -92,6 +94,8 @@ impl Finders {
             ip_protocol: Finder::new(b"protocol "),
             arp_src: Finder::new(b"source ipv4: "),
             arp_dst: Finder::new(b"dest ipv4: "),
+            tcp_seq: Finder::new(b" Seq="),
+            tcp_ack: Finder::new(b" Ack="),
         }
     }
 }
@@ -263,6 +267,10 @@ impl Ns3Parser {
                 c.lit(b" ");
                 c.lit(b"(");
                 (ip.src_port, ip.dst_port) = ports(&mut c).ok_or("bad TCP ports")?;
+                // `[ ACK ] Seq=1 Ack=1 Win=…)`: the numbers of this header only.
+                let hdr = &c.rest[..memchr::memchr(b')', c.rest).unwrap_or(c.rest.len())];
+                ip.tcp_seq = tcp_number(hdr, &f.tcp_seq).ok_or("bad TCP 'Seq'")?;
+                ip.tcp_ack = tcp_number(hdr, &f.tcp_ack).ok_or("bad TCP 'Ack'")?;
             }
         }
         if let Some(i) = f.payload.find(rest) {
@@ -393,6 +401,15 @@ fn ipv4_addr(c: &mut Cursor<'_>) -> Option<[u8; 4]> {
     Some(ip)
 }
 
+/// The decimal after `key` in a TCP header print; 0 when the key is absent, `None` when
+/// what follows it is not a 32-bit decimal.
+fn tcp_number(hdr: &[u8], key: &Finder<'_>) -> Option<u32> {
+    match key.find(hdr) {
+        Some(i) => u32::try_from(dec_prefix(&hdr[i + key.needle().len()..])?.0).ok(),
+        None => Some(0),
+    }
+}
+
 fn ports(c: &mut Cursor<'_>) -> Option<(u16, u16)> {
     let s = u16::try_from(c.dec()?).ok()?;
     c.spaces();
@@ -480,7 +497,17 @@ fn ipv4(body: &[u8], f: &Finders) -> R<Ipv4Header> {
     }
     c.spaces();
     let dst_ip = ipv4_addr(&mut c).ok_or("bad IPv4 destination address")?;
-    Ok(Ipv4Header { length, src_ip, dst_ip, protocol, ident, src_port: 0, dst_port: 0 })
+    Ok(Ipv4Header {
+        length,
+        src_ip,
+        dst_ip,
+        protocol,
+        ident,
+        src_port: 0,
+        dst_port: 0,
+        tcp_seq: 0,
+        tcp_ack: 0,
+    })
 }
 
 #[cfg(test)]
@@ -591,6 +618,14 @@ mod tests {
         let tcp = parse("- 1.0012 /NodeList/3/DeviceList/0/$ns3::PointToPointNetDevice/TxQueue/Dequeue ns3::PppHeader (Point-to-Point Protocol: IP (0x0021)) ns3::Ipv4Header (tos 0x0 DSCP Default ECN Not-ECT ttl 64 id 3 protocol 6 offset (bytes) 0 flags [none] length: 1064 10.0.2.2 > 10.0.0.1) ns3::TcpHeader (49153 > 5000 [ ACK ] Seq=1 Ack=1 Win=131072) Payload (size=1024)").unwrap().1;
         let ip = tcp.ipv4.unwrap();
         assert_eq!((ip.protocol, ip.ident, ip.src_port, ip.dst_port), (6, 3, 49153, 5000));
+        assert_eq!((ip.tcp_seq, ip.tcp_ack), (1, 1));
+        let tcp = parse("+ 1.2 /NodeList/4/DeviceList/1/$ns3::PointToPointNetDevice/TxQueue/Enqueue ns3::PppHeader (Point-to-Point Protocol: IP (0x0021)) ns3::Ipv4Header (tos 0x0 DSCP Default ECN Not-ECT ttl 63 id 812 protocol 6 offset (bytes) 0 flags [none] length: 576 10.1.4.2 > 10.1.0.1) ns3::TcpHeader (49153 > 5000 [ ACK ] Seq=4294967295 Ack=3 Win=65535 ns3::TcpOptionTS(1099;1080)) Payload (size=536)").unwrap().1;
+        let ip = tcp.ipv4.unwrap();
+        assert_eq!((ip.tcp_seq, ip.tcp_ack), (4_294_967_295, 3));
+        assert_eq!(
+            parse("+ 1 /NodeList/0/DeviceList/0/$ns3::A/B ns3::Ipv4Header (id 1 protocol 6 length: 40 1.2.3.4 > 1.2.3.5) ns3::TcpHeader (1 > 2 [ SYN ] Seq=x Ack=0)").unwrap_err(),
+            LineOutcome::Rejected("bad TCP 'Seq'")
+        );
     }
 
     #[test]

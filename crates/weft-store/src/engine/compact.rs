@@ -9,7 +9,7 @@ use super::Inner;
 use crate::RecordBatch;
 use crate::error::Result;
 use crate::segment::{self, Segment};
-use crate::{memtable, resources, schema, wal};
+use crate::{dedup, memtable, resources, schema, wal};
 
 impl Inner {
     /// Merges the oldest run of small consecutive segments. Returns true when it did.
@@ -66,8 +66,11 @@ impl Inner {
             complete = false;
             ops.clear();
         }
+        // A span acknowledged twice (a client's retry) is written once.
+        let [spans, events, links, raw] = tables;
+        let ([logical, events, links], repeated) = dedup::dedup_spans([spans, events, links])?;
+        let mut tables = [Vec::new(), events, links, raw];
         // The inputs' distinct resources, numbered again for the merged segment.
-        let logical = std::mem::take(&mut tables[memtable::T_SPANS]);
         let (spans, resources) = resources::normalize(&logical.iter().collect::<Vec<_>>())?;
         drop(logical);
         tables[memtable::T_SPANS] = spans;
@@ -95,6 +98,7 @@ impl Inner {
         drop(best);
         self.replace_segments(&inputs, Some((meta, seg)))?;
         self.metrics.compactions.fetch_add(1, Ordering::Relaxed);
+        self.metrics.spans_deduplicated.fetch_add(repeated, Ordering::Relaxed);
         Ok(true)
     }
 }

@@ -75,9 +75,12 @@ impl Inner {
         Ok(())
     }
 
+    /// Appends `payload` to the WAL and `push`es its rows into the active buffer; returns after
+    /// the fsync when the policy is `Always` or `fsync` asks for one.
     pub(crate) fn commit(
         &self,
         payload: &[u8],
+        fsync: bool,
         push: impl FnOnce(&mut MemTable) -> Result<()>,
     ) -> Result<()> {
         let (file, end, freeze) = {
@@ -99,8 +102,8 @@ impl Inner {
         if freeze {
             self.wake_background();
         }
-        if self.cfg.fsync == FsyncPolicy::Always {
-            self.sync.sync_to(&file, end).map_err(|e| self.poison(e))?;
+        if fsync || self.cfg.fsync == FsyncPolicy::Always {
+            self.sync.sync_append(&file, end, self.cfg.fsync).map_err(|e| self.poison(e))?;
         }
         self.metrics.appends.fetch_add(1, Ordering::Relaxed);
         self.metrics.wal_bytes_written.fetch_add(payload.len() as u64 + 8, Ordering::Relaxed);

@@ -71,6 +71,9 @@ struct Faults {
     /// A failing fsync has started.
     failing: AtomicBool,
     writes: AtomicUsize,
+    syncs: AtomicUsize,
+    /// Writes fail as on a full disk (ENOSPC) while set.
+    disk_full: AtomicBool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -90,9 +93,13 @@ impl WalFiles for FaultyFiles {
 impl WalIo for FaultyFile {
     fn write_all(&self, buf: &[u8]) -> io::Result<()> {
         self.faults.writes.fetch_add(1, Ordering::SeqCst);
+        if self.faults.disk_full.load(Ordering::SeqCst) {
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device (injected)"));
+        }
         self.file.write_all(buf)
     }
     fn sync_data(&self) -> io::Result<()> {
+        self.faults.syncs.fetch_add(1, Ordering::SeqCst);
         if self.faults.fail_next_sync.swap(false, Ordering::SeqCst) {
             self.faults.failing.store(true, Ordering::SeqCst);
             let mut held = self.faults.hold.lock().unwrap();
@@ -106,9 +113,13 @@ impl WalIo for FaultyFile {
 }
 
 fn faulty_store(dir: &Path, fsync: FsyncPolicy) -> (Store, Arc<Faults>) {
-    let files = FaultyFiles::default();
     let mut c = config(dir);
     c.fsync = fsync;
+    faulty_store_with(c)
+}
+
+fn faulty_store_with(mut c: weft_store::StoreConfig) -> (Store, Arc<Faults>) {
+    let files = FaultyFiles::default();
     c.wal_files = Arc::new(files.clone());
     (Store::open(c).unwrap(), files.0)
 }
@@ -261,4 +272,52 @@ fn an_append_past_the_per_append_limit_is_refused_alone() {
     drop(store);
     // Nothing of the refused append reached the WAL.
     assert_eq!(count(&open(dir.path())), fine.len() as i64);
+}
+
+/// Issue 18 item 8: `append_synced` returns only after an fsync of the WAL holding its spans,
+/// whatever the policy — also under `Never` (nothing else fsyncs then), when its own append
+/// filled the buffer and rotated the WAL (a rotation under `Never` does not fsync the file it
+/// leaves).
+#[test]
+fn append_synced_is_fsynced_even_under_never() {
+    for rotate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        c.fsync = FsyncPolicy::Never;
+        if rotate {
+            c.flush_bytes = 1;
+        }
+        let (store, faults) = faulty_store_with(c);
+        let batch = spans(60, 20);
+        let opened = faults.syncs.load(Ordering::SeqCst);
+        store.append(&batch).unwrap();
+        let before = faults.syncs.load(Ordering::SeqCst);
+        if !rotate {
+            assert_eq!(before, opened, "a plain append under Never is not fsynced");
+        }
+        store.append_synced(&batch).unwrap();
+        assert!(faults.syncs.load(Ordering::SeqCst) > before, "rotating {rotate}: not fsynced");
+    }
+}
+
+/// Issue 18 item 4: a full disk (ENOSPC on a WAL write, through the file seam) stops the
+/// acknowledgements — the failing append and every one after it fail (the receivers answer 503)
+/// — and loses nothing acknowledged before it. When space returns, reopening the store (a
+/// restart of weft serve) takes appends again, with everything acknowledged still there.
+#[test]
+fn a_full_disk_stops_acknowledgements_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = spans(61, 300);
+    let (store, faults) = faulty_store(dir.path(), FsyncPolicy::Always);
+    store.append(&all[..100]).unwrap();
+    faults.disk_full.store(true, Ordering::SeqCst);
+    assert!(store.append(&all[100..200]).is_err(), "acknowledged on a full disk");
+    faults.disk_full.store(false, Ordering::SeqCst);
+    // Space is back, but what the failed write left in the WAL is unknown: still refused.
+    assert!(matches!(store.append(&all[100..200]), Err(StoreError::Poisoned(_))));
+    drop(store);
+    let store = open(dir.path());
+    assert_eq!(count(&store), 100, "the acknowledged spans, and nothing of the refused ones");
+    store.append(&all[100..]).unwrap();
+    assert_eq!(count(&store), 300);
 }

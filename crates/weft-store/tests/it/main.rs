@@ -1,5 +1,6 @@
 //! weft-store integration tests (one binary: DataFusion links once).
 
+mod duplicates;
 mod durability;
 mod faults;
 mod maintenance;

@@ -141,4 +141,78 @@ pub struct WeaveStats {
     pub assemble: AssembleStats,
     /// Cross-component matching per link and kind.
     pub links: Vec<LinkReport>,
+    /// Network hops per device (`ns3/r2/dev1`), for devices that saw any.
+    pub net_ports: BTreeMap<String, NetPortStats>,
+}
+
+/// How the hops of one network device were woven.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetPortStats {
+    /// Hop spans (whole, instant or incomplete).
+    pub hops: u64,
+    /// Dequeues with no enqueue of that packet on the device (instant, incomplete hops).
+    pub unmatched: u64,
+    /// Hops still open when the input ended (incomplete).
+    pub open_at_end: u64,
+    /// Hops closed as incomplete because too many were open (`max_open`).
+    pub evicted: u64,
+    /// Packets dropped with nothing open for them on the device — a full queue refused one
+    /// (`TxQueue/Drop`), a stock receiver's PHY lost one (`PhyRxDrop`): journeys that end
+    /// there, not errors.
+    pub drops: u64,
+}
+
+impl NetPortStats {
+    /// Hops whose times are not what happened: unmatched, open at the end, evicted.
+    pub fn broken(&self) -> u64 {
+        self.unmatched + self.open_at_end + self.evicted
+    }
+}
+
+/// Share of a device's hops above which [`WeaveStats::net_warnings`] speaks up.
+pub const NET_BROKEN_SHARE: f64 = 0.01;
+
+impl WeaveStats {
+    /// One sentence per network device where more than [`NET_BROKEN_SHARE`] of the hops are
+    /// incomplete or unmatched: which device, how many, the likely cause and fix. Empty when
+    /// every device is fine.
+    pub fn net_warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (port, s) in &self.net_ports {
+            let broken = s.broken();
+            if broken == 0 || (broken as f64) <= NET_BROKEN_SHARE * s.hops as f64 {
+                continue;
+            }
+            let mut why = Vec::new();
+            if s.unmatched > 0 {
+                why.push(format!(
+                    "{} dequeued without an enqueue of that packet on the device (the log lacks lines \
+                     of this device — cut, filtered or rejected — or its packets cannot be told \
+                     apart: trace with packet uids, as the SimBricks fork's layout does)",
+                    s.unmatched
+                ));
+            }
+            if s.open_at_end > 0 {
+                why.push(format!(
+                    "{} still queued when the log ended (stop the traffic a while before the \
+                     simulation ends)",
+                    s.open_at_end
+                ));
+            }
+            if s.evicted > 0 {
+                why.push(format!(
+                    "{} closed early because too many hops were open (raise max_open in [run])",
+                    s.evicted
+                ));
+            }
+            out.push(format!(
+                "{port}: {broken} of {} hops ({:.1}%) are incomplete — times at this device and \
+                 the journeys through it are cut: {}",
+                s.hops,
+                100.0 * broken as f64 / s.hops.max(1) as f64,
+                why.join("; ")
+            ));
+        }
+        out
+    }
 }

@@ -27,7 +27,10 @@ use weft_model::{Event, Span};
 
 use crate::assemble::Assembler;
 pub use class::FunctionLists;
-pub use config::{ComponentSpec, EthLink, PcieLink, Role, SpanEvents, WeaveConfig, WeaveStats};
+pub use config::{
+    ComponentSpec, EthLink, NET_BROKEN_SHARE, NetPortStats, PcieLink, Role, SpanEvents, WeaveConfig,
+    WeaveStats,
+};
 use links::{CtxQueue, EthQueues, Links, PcieMode, PcieQueues};
 pub use links::{LinkReport, LinkStats};
 pub(crate) use span::{Building, Cx, Ident, int};

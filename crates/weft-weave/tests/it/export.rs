@@ -41,7 +41,7 @@ fn deliver(server: &Scripted, policy: RetryPolicy) -> (Outcome, u32) {
 fn retry_after_is_waited_for_before_the_next_attempt() {
     let server = Scripted::start(vec![Answer::status(503).header("Retry-After", "1")]);
     let (outcome, requests) = deliver(&server, quick(Some(3)));
-    assert_eq!(outcome, Outcome::Acked { rejected: 0 });
+    assert_eq!(outcome, Outcome::Acked { rejected: 0, fsynced: false });
     assert_eq!(requests, 2);
     let seen = server.seen();
     assert_eq!(seen.iter().map(|s| s.status).collect::<Vec<_>>(), [503, 200]);
@@ -56,7 +56,7 @@ fn unauthorized_not_found_and_server_errors_are_retried() {
         [401, 403, 404, 405, 408, 429, 500, 502, 504].into_iter().map(Answer::status).collect(),
     );
     let (outcome, requests) = deliver(&server, quick(Some(20)));
-    assert_eq!(outcome, Outcome::Acked { rejected: 0 });
+    assert_eq!(outcome, Outcome::Acked { rejected: 0, fsynced: false });
     assert_eq!(requests, 10);
     assert!(server.seen().iter().all(|s| s.body_len > 0));
 }
@@ -117,4 +117,21 @@ fn the_sink_retries_an_unauthorized_batch() {
     let server = Scripted::start(vec![Answer::status(401), Answer::status(503).header("Retry-After", "0")]);
     let rep = sink(&server, 5);
     assert_eq!((rep.spans, rep.failed_spans, rep.requests, rep.retries), (8, 0, 4, 2));
+}
+
+#[test]
+fn an_fsynced_acknowledgement_is_asked_for_and_read() {
+    let server = Scripted::start(vec![Answer::status(200).header("weft-ack", "fsync"), Answer::status(200)]);
+    let client =
+        Client::new(&ClientOptions { ack_after_fsync: true, ..ClientOptions::new(server.endpoint()) });
+    let body = client.encode(&spans(3));
+    assert_eq!(client.send(&body, false), Outcome::Acked { rejected: 0, fsynced: true });
+    // A receiver that does not confirm (not weft serve): acknowledged, not known to be fsynced.
+    assert_eq!(client.send(&body, false), Outcome::Acked { rejected: 0, fsynced: false });
+    for s in server.seen() {
+        assert!(s.headers.contains(&("weft-ack".to_owned(), "fsync".to_owned())), "{:?}", s.headers);
+    }
+    let plain = Client::new(&ClientOptions::new(server.endpoint()));
+    plain.send(&body, false);
+    assert!(server.seen()[2].headers.iter().all(|(k, _)| k != "weft-ack"));
 }

@@ -156,3 +156,66 @@ fn attribution_shares() {
     assert_eq!((st.children, st.children_dropped), (1, 3));
     assert_eq!(app2[0].attributes.get(CHILDREN_DROPPED), Some(&Value::I64(3)));
 }
+
+fn call(t0: u64, t1: u64, tid: u32, f: &str) -> [Event; 2] {
+    let probe: Arc<str> = Arc::from(format!("/bin/x:{f}"));
+    [
+        ev(t0, KernelEvent::UprobeEntry { cpu: 0, pid: 100, tid, probe: probe.clone(), ip: 1, args: [0; 6] }),
+        ev(t1, KernelEvent::UprobeReturn { cpu: 0, pid: 100, tid, probe, ip: 2, ret: 0 }),
+    ]
+}
+
+fn request(trace: u8, id: u8, start: u64, end: u64, tid: i64) -> Span {
+    let mut attributes = Attributes::new();
+    attributes.push(conv::THREAD_ID, tid);
+    Span {
+        trace_id: TraceId([trace; 16]),
+        span_id: SpanId([id; 8]),
+        name: "GET /item".into(),
+        start_ns: start,
+        end_ns: end,
+        attributes,
+        ..Span::default()
+    }
+}
+
+#[test]
+fn function_calls_nest_inside_the_request_of_their_thread() {
+    use weft_weave::kernel::nest_calls;
+    // Thread 100: request A [10, 50] with handle → (parse, lookup → compute), then a call
+    // outside any request; thread 101: request B [10, 50], whose call is on thread 101 only.
+    let mut events: Vec<Event> = [
+        call(12, 40, 100, "handle"),
+        call(13, 20, 100, "parse"),
+        call(21, 39, 100, "lookup"),
+        call(22, 30, 100, "compute"),
+        call(60, 70, 100, "idle_work"),
+        call(15, 25, 101, "handle"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    events.sort_by_key(|e| e.time_ns);
+    let mut ks = kernel_spans(&events, &KernelSpanOptions { window: Some((0, 100)), ..opts() });
+    let app = vec![request(0xa, 1, 10, 50, 100), request(0xb, 2, 10, 50, 101)];
+    let st = nest_calls(&mut ks.spans, &app);
+    assert_eq!((st.placed, st.nested, st.unplaced), (2, 3, 1));
+    let by = |n: &str, tid: i64| {
+        ks.spans
+            .iter()
+            .find(|s| s.name == n && s.attributes.get(conv::THREAD_ID) == Some(&Value::I64(tid)))
+            .unwrap()
+    };
+    let handle = by("handle", 100);
+    assert_eq!((handle.trace_id, handle.parent_span_id), (TraceId([0xa; 16]), Some(SpanId([1; 8]))));
+    for (child, parent) in [("parse", "handle"), ("lookup", "handle"), ("compute", "lookup")] {
+        let (c, p) = (by(child, 100), by(parent, 100));
+        assert_eq!((c.trace_id, c.parent_span_id), (TraceId([0xa; 16]), Some(p.span_id)), "{child}");
+    }
+    let b = by("handle", 101);
+    assert_eq!((b.trace_id, b.parent_span_id), (TraceId([0xb; 16]), Some(SpanId([2; 8]))));
+    // Outside any request: still in the thread's kernel trace.
+    let idle = by("idle_work", 100);
+    assert_ne!(idle.trace_id, TraceId([0xa; 16]));
+    assert!(ks.spans.iter().any(|s| Some(s.span_id) == idle.parent_span_id && s.name.starts_with("thread")));
+}

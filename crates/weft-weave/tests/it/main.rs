@@ -8,6 +8,7 @@ mod export;
 mod fifo;
 mod golden;
 mod kernel;
+mod ns3_queues;
 mod probe;
 mod props;
 mod sink;

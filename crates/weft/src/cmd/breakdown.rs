@@ -152,6 +152,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if d.units == 0 {
             eprintln!("warning: direction {:?} matched no spans", d.direction);
         }
+        if d.incomplete_units > 0 {
+            eprintln!(
+                "warning: {} of {} {:?} units contain incomplete spans (weft.incomplete): their \
+                 times are partial (`weft weave` names the devices)",
+                d.incomplete_units, d.units, d.direction
+            );
+        }
     }
     eprintln!(
         "{} traces, {} spans; {} units in {} direction(s); unclassified: {} spans ({} traces){}{}{}",
@@ -303,17 +310,29 @@ fn new_table(header: &[&str]) -> Table {
     t
 }
 
+/// Mark of a row computed in part from units with incomplete spans.
+const CUT: &str = " (!)";
+
 fn table(b: &Breakdown) -> String {
     let mut t = new_table(&["direction", "row", "kind", "units", "mean", "median", "p95", "max", "share"]);
+    let mut cut = Vec::new();
     for d in &b.directions {
         for c in &d.components {
+            let mut name = c.name.clone();
+            if c.incomplete_units > 0 {
+                name.push_str(CUT);
+                cut.push(format!(
+                    "{} {}: {} of {} units",
+                    d.direction, c.name, c.incomplete_units, c.present
+                ));
+            }
             let kind = match c.kind {
                 weft_analyze::breakdown::RowKind::Wire => "wire".to_owned(),
                 _ => c.component_kind.clone().unwrap_or_default(),
             };
             t.add_row(vec![
                 Cell::new(&d.direction),
-                Cell::new(&c.name),
+                Cell::new(name),
                 Cell::new(kind),
                 right(format!("{}/{}", c.present, d.units)),
                 right(fmt_ns(c.time.mean_ns)),
@@ -336,7 +355,14 @@ fn table(b: &Breakdown) -> String {
             right(pct(if d.units > 0 { 1.0 } else { 0.0 })),
         ]);
     }
-    format!("{t}\n")
+    if cut.is_empty() {
+        return format!("{t}\n");
+    }
+    format!(
+        "{t}\n{CUT} rows computed in part from journeys with incomplete spans (weft.incomplete: an \
+         opening or closing event was not matched), whose times there are partial — {}\n",
+        cut.join("; ")
+    )
 }
 
 fn ratio_table(b: &Breakdown, a: &str, c: &str) -> String {

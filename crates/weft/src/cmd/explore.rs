@@ -1,15 +1,18 @@
 //! `weft explore`: VAIF's control loop — learn a search space from an exhaustive run, run the
-//! loop (in replay over exhaustive trace files), show the hypothesis forest, and say why a
-//! trace's tracepoints are on. The work is `weft_explore`'s; see docs/explore.md.
+//! loop (live against a collector and its agents, or in replay over exhaustive trace files),
+//! show the hypothesis forest, and say why a trace's tracepoints are on. The work is
+//! `weft_explore`'s; see docs/explore.md.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use weft_analyze::vaif::Config;
+use weft_explore::backend::live::{Live, LiveConfig};
 use weft_explore::backend::{Replay, read_traces};
-use weft_explore::explore::{Budget, Explorer, Options};
+use weft_explore::explore::{Budget, Explorer, Options, Report};
 use weft_explore::forest::Forest;
 use weft_explore::space::{Learner, SearchSpace};
 use weft_explore::strategy::Strategy;
@@ -20,7 +23,8 @@ use weft_model::TraceId;
 pub enum Action {
     /// Learn a search space from exhaustive traces (every tracepoint on) and write it as TOML.
     Learn(LearnArgs),
-    /// Run the loop. Today: in replay over exhaustive traces (`--replay`).
+    /// Run the loop: live against a collector (`--collector`) or in replay over exhaustive
+    /// traces (`--replay`).
     Run(Box<RunArgs>),
     /// Print the hypothesis forest of the state directory.
     Show(StateArgs),
@@ -71,8 +75,20 @@ pub struct WhyArgs {
 pub struct RunArgs {
     /// Replay these exhaustive trace files: epoch k sees the next --traces-per-epoch traces
     /// with only the tracepoints enabled at that moment.
-    #[arg(long, required = true, num_args = 1.., value_name = "TRACES")]
+    #[arg(long, num_args = 1.., value_name = "TRACES", required_unless_present = "collector")]
     pub replay: Vec<PathBuf>,
+    /// Run live: the collector's query listener (read API; control API unless --control).
+    #[arg(long, value_name = "URL", conflicts_with = "replay")]
+    pub collector: Option<String>,
+    /// The collector's control API, when not at --collector.
+    #[arg(long, value_name = "URL", requires = "collector")]
+    pub control: Option<String>,
+    /// File holding the control token (else WEFT_CONTROL_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "collector")]
+    pub control_token_file: Option<PathBuf>,
+    /// Live: a trace is read once it started this long ago (its spans must reach the store).
+    #[arg(long, default_value = "2s", value_parser = weft_cli::units::parse_duration)]
+    pub settle: Duration,
     /// Learn the search space from these exhaustive traces (default: the replayed ones).
     #[arg(long, num_args = 1.., value_name = "TRACES", conflicts_with = "space")]
     pub learn: Vec<PathBuf>,
@@ -86,7 +102,7 @@ pub struct RunArgs {
     /// CLIENT spans).
     #[arg(long = "always-on", num_args = 1.., value_name = "GLOB")]
     pub always_on: Vec<String>,
-    /// Traces per replay epoch.
+    /// Traces per epoch (replay: taken from the input; live: read per request type at most).
     #[arg(long, default_value_t = 100)]
     pub traces_per_epoch: usize,
     /// Tracepoints enabled per epoch at most.
@@ -104,6 +120,9 @@ pub struct RunArgs {
     /// CV threshold of a predictable group.
     #[arg(long, default_value_t = 0.10)]
     pub cv: f64,
+    /// Smallest share of a high-variance group's variance an edge needs to be searched.
+    #[arg(long, default_value_t = 0.10)]
+    pub min_share: f64,
     /// Percentile of response times above which a predictable group is consistently slow.
     #[arg(long, default_value_t = 95.0)]
     pub cs_percentile: f64,
@@ -129,7 +148,7 @@ fn parse_strategy(s: &str) -> Result<Strategy, String> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.action {
         Action::Learn(a) => learn(a),
-        Action::Run(a) => run_replay(*a),
+        Action::Run(a) => run_loop(*a),
         Action::Show(a) => {
             print!("{}", Forest::load(&a.state)?.render());
             Ok(())
@@ -161,11 +180,20 @@ fn learn(a: LearnArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_replay(a: RunArgs) -> anyhow::Result<()> {
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn run_loop(a: RunArgs) -> anyhow::Result<()> {
     let mut space = match &a.space {
         Some(p) => {
             let text = std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
             SearchSpace::parse(&text, &p.display().to_string())?
+        }
+        None if a.learn.is_empty() && a.collector.is_some() => {
+            bail!("a live run needs a search space: --space FILE or --learn EXHAUSTIVE_TRACES")
         }
         None => learn_from(if a.learn.is_empty() { &a.replay } else { &a.learn })?,
     };
@@ -173,10 +201,19 @@ fn run_replay(a: RunArgs) -> anyhow::Result<()> {
         space.always_on = a.always_on.clone();
         space.validate("--always-on")?;
     }
-    let traces = read_traces(&a.replay)?;
-    let known: BTreeSet<String> = space.tracepoints.iter().map(|t| t.name.clone()).collect();
-    let mut backend = Replay::new(traces.into_iter(), a.traces_per_epoch, space.always_on.clone(), known);
-    let options = Options {
+    if !(0.0..=1.0).contains(&a.min_share) {
+        bail!("--min-share {}: a share of variance, in [0, 1]", a.min_share);
+    }
+    let options = options(&a);
+    let mut explorer = Explorer::new(&space, options)?.with_state_dir(a.state.state.clone());
+    match &a.collector {
+        Some(url) => run_live(&a, url, &space, &mut explorer),
+        None => run_replay(&a, &space, &mut explorer),
+    }
+}
+
+fn options(a: &RunArgs) -> Options {
+    Options {
         config: Config { cv_threshold: a.cv, cs_percentile: a.cs_percentile, ..Config::default() },
         budget: Budget {
             tracepoints_per_epoch: a.tracepoints_per_epoch,
@@ -187,18 +224,73 @@ fn run_replay(a: RunArgs) -> anyhow::Result<()> {
         strategy: a.strategy,
         request_types: a.request_types.clone(),
         max_epochs: a.max_epochs,
+        min_share: a.min_share,
         ..Options::default()
+    }
+}
+
+fn run_live(a: &RunArgs, url: &str, space: &SearchSpace, explorer: &mut Explorer<'_>) -> anyhow::Result<()> {
+    let token = match &a.control_token_file {
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the control token from {}", f.display()))?
+            .trim()
+            .to_owned(),
+        None => std::env::var("WEFT_CONTROL_TOKEN").unwrap_or_default(),
     };
-    let mut explorer = Explorer::new(&space, options)?.with_state_dir(a.state.state.clone());
-    let report = explorer.run(&mut backend)?;
+    if token.is_empty() {
+        bail!("a live run switches tracepoints through the control API: give --control-token-file FILE");
+    }
+    let config = LiveConfig {
+        reads: url.to_owned(),
+        control: a.control.clone().unwrap_or_else(|| url.to_owned()),
+        token: Some(token),
+        state_dir: a.state.state.clone(),
+        settle: a.settle,
+        switch_wait: Duration::from_secs(10),
+    };
+    let mut live = Live::connect(config, space)?.with_interrupt(|| INTERRUPTED.load(Ordering::SeqCst));
+    if live.cleaned() > 0 {
+        eprintln!("disabled {} tracepoints a previous run had left enabled", live.cleaned());
+    }
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let started = std::time::Instant::now();
+    let outcome = explorer.run(&mut live);
+    // whatever happened, undo what this run enabled (and nothing else)
+    let restored = live.restore();
+    let report = match outcome {
+        Ok(r) => r,
+        Err(e) if INTERRUPTED.load(Ordering::SeqCst) => {
+            restored?;
+            eprintln!("interrupted: every tracepoint this run enabled is disabled again ({e})");
+            return Ok(());
+        }
+        Err(e) => {
+            if let Err(r) = restored {
+                eprintln!("weft explore: cleaning up failed too: {r}");
+            }
+            return Err(e.into());
+        }
+    };
+    restored?;
+    let congested = match live.congested_checks() {
+        0 => String::new(),
+        n => format!(" ({n} congestion checks found a queue over half full: nothing enabled then)"),
+    };
+    finish(a, &report, &format!("in {:.0} s{congested}", started.elapsed().as_secs_f64()))
+}
+
+/// Writes the report, prints the summary line (`how` says how the epochs went) and the findings.
+fn finish(a: &RunArgs, report: &Report, how: &str) -> anyhow::Result<()> {
     if let Some(p) = &a.report {
-        write(p, &serde_json::to_vec_pretty(&report)?)?;
+        write(p, &serde_json::to_vec_pretty(report)?)?;
     }
     eprintln!(
-        "{} epochs over {} traces ({} of other request types or over the cap unread): {} of {} tracepoints enabled beyond the {} always on; {} findings",
+        "{} epochs {how}: {} of {} tracepoints enabled beyond the {} always on; {} findings",
         report.epochs,
-        backend.traces_seen(),
-        backend.dropped(),
         report.tracepoints_enabled,
         report.tracepoints_total,
         report.tracepoints_always_on,
@@ -208,6 +300,19 @@ fn run_replay(a: RunArgs) -> anyhow::Result<()> {
         println!("{} [{}]: {}", f.request_type, f.principle.as_str(), f.tracepoints.join(" ⊂ "));
     }
     Ok(())
+}
+
+fn run_replay(a: &RunArgs, space: &SearchSpace, explorer: &mut Explorer<'_>) -> anyhow::Result<()> {
+    let traces = read_traces(&a.replay)?;
+    let known: BTreeSet<String> = space.tracepoints.iter().map(|t| t.name.clone()).collect();
+    let mut backend = Replay::new(traces.into_iter(), a.traces_per_epoch, space.always_on.clone(), known);
+    let report = explorer.run(&mut backend)?;
+    let how = format!(
+        "over {} traces ({} of other request types or over the cap unread)",
+        backend.traces_seen(),
+        backend.dropped()
+    );
+    finish(a, &report, &how)
 }
 
 fn why(a: WhyArgs) -> anyhow::Result<()> {

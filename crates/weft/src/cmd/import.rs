@@ -16,6 +16,9 @@
 //! * raw events: every event as a tracepoint event, into the data directory's `events` table
 //!   (`--data-dir`) or a JSON Lines file (`--events-to`).
 //!
+//! `weft import ctf --live net://HOST[:PORT]/host/HOSTNAME/SESSION` follows an LTTng live
+//! session through `lttng-relayd` instead, to the same outputs (see [`live`]).
+//!
 //! Stream files are decoded in parallel (`--jobs`, one thread per stream at most); `--jobs 1`
 //! decodes them as one time-ordered merge. Corrupt packets are skipped and counted (or stop the
 //! import with `--strict`); the summary reports them with the tracer's own losses (LTTng's
@@ -43,6 +46,8 @@ use weft_weave::probe::{AsmStats, CaptureFiles, CaptureOptions, CaptureReport, P
 use weft_weave::sink::{Backpressure, CustomSink, SinkError, SinkReport, SinkSpec, SpanSink};
 
 use super::pipeline::{StoreSink, append_retrying, sink_lines, source_errors, watch};
+
+mod live;
 
 /// Arguments of `weft import`.
 #[derive(clap::Args, Debug)]
@@ -74,7 +79,16 @@ pub struct ProbeArgs {
 #[derive(clap::Args, Debug)]
 pub struct CtfArgs {
     /// A trace directory: an LTTng session's output, or any directory with CTF traces below it.
-    pub trace_dir: PathBuf,
+    #[arg(required_unless_present = "live", conflicts_with = "live")]
+    pub trace_dir: Option<PathBuf>,
+    /// Follow a live session while it records, from lttng-relayd:
+    /// net://HOST[:PORT]/host/HOSTNAME/SESSION (port 5344 by default). Runs until the session
+    /// is destroyed (or Ctrl-C).
+    #[arg(long, value_name = "URL")]
+    pub live: Option<String>,
+    /// Live: a span is output once no event touched it for this long (trace time).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    pub span_idle_ms: u64,
     /// Decoding threads (0: one per CPU, at most one per stream file; 1: a time-ordered merge).
     #[arg(long, default_value_t = 0)]
     pub jobs: usize,
@@ -165,10 +179,7 @@ impl Outputs {
             });
         }
         if let Some(url) = &self.server {
-            let client =
-                Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
-            let server = ServerSink { client, retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()) };
-            sinks.push(SinkSpec::Custom(CustomSink::new(format!("server {url}"), server)));
+            sinks.push(SinkSpec::Custom(CustomSink::new(format!("server {url}"), ServerSink::new(url))));
         }
         let store = match &self.data_dir {
             Some(dir) => Some(Arc::new(
@@ -204,9 +215,13 @@ impl Outputs {
 
 fn ctf(args: CtfArgs) -> anyhow::Result<()> {
     args.out.check()?;
+    let trace_dir = match (&args.trace_dir, &args.live) {
+        (_, Some(url)) => return live::run(&args, url),
+        (Some(d), None) => d,
+        (None, None) => bail!("give a trace directory or --live URL"),
+    };
     let started = Instant::now();
-    let traces =
-        open_traces(&args.trace_dir).with_context(|| format!("reading {}", args.trace_dir.display()))?;
+    let traces = open_traces(trace_dir).with_context(|| format!("reading {}", trace_dir.display()))?;
     let opts = DecodeOptions { strict: args.out.strict, ..DecodeOptions::default() };
     let mut decoders = Vec::new();
     for t in &traces {
@@ -220,7 +235,7 @@ fn ctf(args: CtfArgs) -> anyhow::Result<()> {
         n => n.min(streams.max(1)),
     };
     let stats = Arc::new(Mutex::new(StreamStats::default()));
-    let sources = ctf_sources(decoders, jobs, source, &args.trace_dir, &stats);
+    let sources = ctf_sources(decoders, jobs, source, trace_dir, &stats);
     let stage = CtfStage { weaver: BlkkinWeaver::default(), tap: out.tap.clone() };
     let run = Run::with(sources, stage, out.sinks, run_options(2))?;
     watch(&run);
@@ -603,9 +618,18 @@ fn probe_summary(out: &Outputs, reports: &[CaptureReport], spans: u64, c: &Count
 }
 
 /// A server's OTLP/HTTP receiver, through the exporter every weft sender uses.
-struct ServerSink {
+pub(super) struct ServerSink {
     client: Client,
     retries: Retries,
+}
+
+impl ServerSink {
+    /// A sink posting to `url` (an OTLP/HTTP endpoint) with `weft import`'s retries.
+    pub(super) fn new(url: &str) -> ServerSink {
+        let client =
+            Client::new(&ClientOptions { timeout: Duration::from_secs(60), ..ClientOptions::new(url) });
+        ServerSink { client, retries: IMPORT_RETRIES.retries(Rng::from_time().next_u64()) }
+    }
 }
 
 /// `weft import`'s retries: up to 20 per batch, 50 ms doubling to 2 s (a server catching up

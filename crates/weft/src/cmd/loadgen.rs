@@ -45,6 +45,10 @@ pub struct Args {
     /// Base URL of an OTLP/HTTP receiver (`/v1/traces` is appended).
     #[arg(long, default_value = "http://127.0.0.1:4318")]
     pub url: String,
+    /// Base URL of the server's query listener, whose `/metrics` gives the server's CPU per
+    /// span. Default: the `--url` host on port 16686 (weft serve's query listener).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
     /// Spans to send in total.
     #[arg(long, default_value_t = 1_000_000)]
     pub spans: u64,
@@ -104,6 +108,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let base = args.url.trim_end_matches('/').to_owned();
     let target = export::traces_url(&base);
+    let metrics_base = match &args.metrics_url {
+        Some(u) => u.trim_end_matches('/').to_owned(),
+        None => weft_cli::query_url_near(&base),
+    };
 
     // Prepare the requests.
     let bar = weft_cli::progress::bytes_bar(None, "preparing");
@@ -132,7 +140,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let avg_raw = raw_bytes as f64 / (bodies.iter().map(|b| b.1).sum::<u64>().max(1)) as f64;
 
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let before = scrape(&agent, &base);
+    let before = scrape(&agent, &metrics_base);
     let bodies = Arc::new(bodies);
     let sent_spans = Arc::new(AtomicU64::new(0));
     let next = Arc::new(AtomicUsize::new(0));
@@ -206,7 +214,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     });
     let elapsed = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    let after = scrape(&agent, &base);
+    let after = scrape(&agent, &metrics_base);
     let sent = sent_spans.load(Ordering::Relaxed);
     if sent == 0 {
         bail!(
@@ -247,7 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 a.rss / 1048576.0
             );
         }
-        _ => println!("  server     (no weft /metrics at {base}: CPU per span not measured)"),
+        _ => println!("  server     (no weft /metrics at {metrics_base}: CPU per span not measured)"),
     }
     Ok(())
 }

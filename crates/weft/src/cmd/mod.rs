@@ -3,6 +3,7 @@
 
 pub mod breakdown;
 pub mod convert;
+pub mod exist;
 pub mod explore;
 pub mod import;
 pub mod live;

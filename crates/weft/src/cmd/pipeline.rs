@@ -1,6 +1,6 @@
 //! What the commands that run a [`weft_weave::pipeline`] share (`weft weave`, `weft import`,
-//! `weft record`): the progress display, the end-of-run lines about sources and sinks, and
-//! the data-directory span sink.
+//! `weft record`): the progress display, the end-of-run lines about sources and sinks, the
+//! data-directory span sink, and the format of a span output file (also `weft exist`'s).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +12,25 @@ use weft_store::{Store, StoreError};
 use weft_weave::Run;
 use weft_weave::pipeline::{SourceReport, SourceState, WeaveStage};
 use weft_weave::sink::{SinkError, SinkReport, SpanSink};
+
+/// The format of a span output file: `--format` when given, else from the file's name
+/// (OTLP/JSON when the name says nothing); refused when weft cannot write it.
+pub fn span_file_format(
+    path: Option<&std::path::Path>,
+    format: Option<&str>,
+) -> anyhow::Result<Option<weft_model::codec::stream::Format>> {
+    use anyhow::Context;
+    use weft_model::codec::stream::Format;
+    let Some(p) = path else { return Ok(None) };
+    let f = match format {
+        Some(f) => Format::parse(f).with_context(|| format!("unknown --format {f:?}"))?,
+        None => Format::from_path(p).unwrap_or(Format::OtlpJson),
+    };
+    if !f.can_write() {
+        anyhow::bail!("weft cannot write {}", f.name());
+    }
+    Ok(Some(f))
+}
 
 /// `1234567` → `1,234,567`.
 pub fn human(n: u64) -> String {

@@ -34,7 +34,7 @@ impl Format {
 pub struct Args {
     /// The SQL statement (tables: spans, span_events, span_links, events). `-` reads stdin.
     pub sql: Option<String>,
-    /// A running weft server (its query listener, or any of its HTTP listeners).
+    /// A running weft server's query listener (`--http`, default port 16686).
     #[arg(long, default_value = "http://127.0.0.1:16686", conflicts_with = "data_dir")]
     pub url: String,
     /// Query this data directory directly instead of a server (read-only).

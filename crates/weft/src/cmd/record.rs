@@ -25,7 +25,7 @@ use weft_weave::pipeline::{
 };
 use weft_weave::sink::{Backpressure, CustomSink, SinkSpec};
 
-use super::pipeline::{StoreSink, append_retrying, sink_lines, source_errors, watch};
+use super::pipeline::{StoreSink, append_retrying, sink_lines, source_errors, span_file_format, watch};
 
 use weft_cli::units;
 
@@ -101,18 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.to.is_none() && args.events_out.is_none() && args.sched_out.is_none() && args.data_dir.is_none() {
         bail!("nowhere to write: give --to FILE, --events-out FILE, --sched-out FILE and/or --data-dir DIR");
     }
-    let out_format = match &args.to {
-        Some(p) => Some(match args.format.as_deref() {
-            Some(f) => Format::parse(f).with_context(|| format!("unknown --format {f:?}"))?,
-            None => Format::from_path(p).unwrap_or(Format::OtlpJson),
-        }),
-        None => None,
-    };
-    if let Some(f) = out_format
-        && !f.can_write()
-    {
-        bail!("weft cannot write {}", f.name());
-    }
+    let out_format = span_file_format(args.to.as_deref(), args.format.as_deref())?;
     let pages = (args.ring_size / 4096).max(1) as usize;
     if !pages.is_power_of_two() {
         bail!("--ring-size {} is not a power-of-two number of 4 KiB pages", units::fmt_bytes(args.ring_size));
@@ -470,7 +459,7 @@ fn type_label(e: &Event) -> &'static str {
     }
 }
 
-fn hostname() -> String {
+pub(super) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "localhost".into())
@@ -487,7 +476,7 @@ fn write_events(path: &Path, events: &[Event]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read_spans(path: &Path) -> anyhow::Result<Vec<Span>> {
+pub(super) fn read_spans(path: &Path) -> anyhow::Result<Vec<Span>> {
     let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut head = vec![0u8; 64 << 10];
     let n = f.read(&mut head)?;

@@ -27,16 +27,17 @@ pub struct Args {
     /// Demo requests per second.
     #[arg(long, default_value_t = 2.0)]
     pub demo_rate: f64,
-    /// OTLP/HTTP listener (`off` to disable).
+    /// OTLP/HTTP listener: `POST /v1/traces` only (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:4318")]
     pub otlp_http: String,
     /// OTLP/gRPC listener (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:4317")]
     pub otlp_grpc: String,
-    /// Zipkin listener: ingest and the Zipkin read API (`off` to disable).
+    /// Zipkin listener: `POST /api/v2/spans` only (`off` to disable).
     #[arg(long, default_value = "127.0.0.1:9411")]
     pub zipkin: String,
-    /// Query listener: Jaeger api_v3, SQL, metrics, UI (`off` to disable).
+    /// Query listener: Zipkin and Jaeger read APIs, SQL, metrics, the control API, UI (`off` to
+    /// disable). The ingest listeners serve ingest only.
     #[arg(long, default_value = "127.0.0.1:16686")]
     pub http: String,
     /// WAL fsync policy: `always` (before each acknowledgement), `never`, or a period (`100ms`).
@@ -51,18 +52,51 @@ pub struct Args {
     /// Buffered bytes past which receivers answer 503 (flushing cannot keep up).
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_buffer: u64,
+    /// How often retention and compaction run.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub maintenance_interval: std::time::Duration,
     /// Delete data older than this (e.g. `7d`).
     #[arg(long, value_parser = parse_duration)]
     pub retention: Option<std::time::Duration>,
     /// Delete the oldest data while segments exceed this size (e.g. `50GiB`).
     #[arg(long, value_parser = parse_size)]
     pub retention_size: Option<u64>,
-    /// Largest request body as sent; larger requests get 413.
+    /// Largest request body as sent (a gRPC message as declared); larger requests get 413
+    /// (gRPC: RESOURCE_EXHAUSTED without a RetryInfo).
     #[arg(long, default_value = "16MiB", value_parser = parse_size)]
     pub max_request_size: u64,
+    /// Largest request body once decompressed (gzip, deflate; gRPC message once inflated);
+    /// larger requests get 413.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub max_decompressed_size: u64,
     /// Request bytes in flight at once; past it, 429.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_inflight: u64,
+    /// Longest a client may take to send a request's headers; also how long an idle
+    /// keep-alive connection stays open. Then the connection is closed (slowloris).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// Longest a client may take to send a request's body; past it, 408 (a trickling body
+    /// gives back its share of --max-inflight).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_timeout: std::time::Duration,
+    /// Connections each listener keeps open at most; more are closed at once (counted in
+    /// weft_connections_refused_total).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// On exit, how long requests in progress may take to finish before their connections
+    /// are dropped.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_timeout: std::time::Duration,
+    /// Longest a read query (SQL, the read APIs) may run; past it, it is cancelled (504).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub query_timeout: std::time::Duration,
+    /// SQL queries (`/api/sql`) running at once; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 4)]
+    pub sql_concurrency: usize,
+    /// Largest SQL result (Arrow memory); a larger one is refused (400 naming the limit).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub sql_max_bytes: u64,
     /// Bearer token that enables the control API (`/api/control/*`: switch tracepoints through
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
@@ -120,6 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     sc.max_buffer_bytes = args.max_buffer as usize;
     sc.retention_age = args.retention;
     sc.retention_bytes = args.retention_size;
+    sc.maintenance_interval = args.maintenance_interval;
     let cfg = ServerConfig {
         otlp_http: listener("otlp-http", &args.otlp_http)?,
         otlp_grpc: listener("otlp-grpc", &args.otlp_grpc)?,
@@ -127,6 +162,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
+        max_decompressed_bytes: args.max_decompressed_size as usize,
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
+        max_connections: args.max_connections,
+        shutdown_timeout: args.shutdown_timeout,
+        query_timeout: args.query_timeout,
+        sql_concurrency: args.sql_concurrency,
+        sql_max_bytes: args.sql_max_bytes as usize,
         allowed_hosts: args.allow_hosts.clone(),
         control_token: weft_cli::control_token(
             args.control_token.as_deref(),
@@ -166,14 +209,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("  OTLP/HTTP  http://{a}/v1/traces");
     }
     if let Some(a) = running.zipkin {
-        println!("  Zipkin     http://{a}/api/v2/spans  (read API: http://{a}/api/v2/services, ...)");
+        println!("  Zipkin     http://{a}/api/v2/spans");
     }
-    let query = running.http.or(running.zipkin).or(running.otlp_http);
-    if let Some(a) = running.http {
-        println!("  Jaeger     http://{a}/api/v3/services  (api_v3)");
-        println!("  UI         http://{a}/");
-    }
+    let query = running.http;
     if let Some(a) = query {
+        println!(
+            "  Jaeger     http://{a}/api/v3/services  (api_v3; Zipkin read API: http://{a}/api/v2/services)"
+        );
+        println!("  UI         http://{a}/");
         println!("  SQL        http://{a}/api/sql   tables: spans, span_events, span_links, events");
         println!("  metrics    http://{a}/metrics   index: http://{a}/api");
         if state.control.enabled() {

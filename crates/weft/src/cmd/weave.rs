@@ -202,6 +202,7 @@ fn print_summary(topo: &Topology, r: &RunReport, elapsed: Duration) {
     for (k, v) in notes {
         eprintln!("  {:>10}  {k}", human(v));
     }
+    let net = r.weave.net_warnings();
     let a = &r.weave.assemble;
     if a.orphans + a.forced > 0 {
         eprintln!(
@@ -245,5 +246,14 @@ fn print_summary(topo: &Topology, r: &RunReport, elapsed: Duration) {
     }
     for line in sink_lines(&r.sinks) {
         eprintln!("{line}");
+    }
+    if !net.is_empty() {
+        eprintln!(
+            "\nwarning: network hops were cut on {} device(s) — breakdowns through them are wrong:",
+            net.len()
+        );
+        for w in &net {
+            eprintln!("  {w}");
+        }
     }
 }

@@ -19,10 +19,8 @@ use archipelago::client::Client;
 use archipelago::run::{Cluster, Role, run_role};
 use serde_json::Value;
 
-use crate::common::{http, wait_for};
-
-const TOKEN: &str = "s3cret-token";
-const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+pub(crate) const TOKEN: &str = "s3cret-token";
+pub(crate) const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
 /// One archipelago tier, when this binary is re-run as one (see [`cluster`]).
 #[test]
@@ -37,6 +35,11 @@ fn archipelago_role() {
 
 /// Start the four tiers, recording into `probe_dir`.
 fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
+    cluster_with(work, probe_dir, "")
+}
+
+/// Start the four tiers with the injected `problems` (`ARCHIPELAGO_PROBLEMS`).
+pub(crate) fn cluster_with(work: &Path, probe_dir: &Path, problems: &str) -> Cluster {
     let exe = std::env::current_exe().expect("test binary");
     Cluster::start(work, |args| {
         let mut c = Command::new(&exe);
@@ -45,43 +48,75 @@ fn cluster(work: &Path, probe_dir: &Path) -> Cluster {
             .env("WEFT_PROBE_DIR", probe_dir)
             .env("WEFT_PROBE_MODE", "shm")
             .env("WEFT_PROBE_SERVICE", &args[0])
+            .env(archipelago::problems::ENV, problems)
             .stderr(Stdio::inherit());
         c
     })
     .expect("start the archipelago tiers")
 }
 
+pub(crate) fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+pub(crate) fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `weft serve` on free loopback ports.
-struct Collector {
+pub(crate) struct Collector {
     child: Option<Child>,
     data: PathBuf,
+    /// OTLP/HTTP listener (spans).
     port: u16,
+    /// Query listener (SQL, reads, metrics, control API).
+    query_port: u16,
 }
 
 impl Collector {
-    fn start(data: &Path) -> Collector {
-        let mut c = Collector { child: None, data: data.to_path_buf(), port: weft_testkit::free_port() };
+    pub(crate) fn start(data: &Path) -> Collector {
+        let mut c = Collector {
+            child: None,
+            data: data.to_path_buf(),
+            port: weft_testkit::free_port(),
+            query_port: weft_testkit::free_port(),
+        };
         c.restart();
         c
     }
 
-    fn base(&self) -> String {
+    /// The OTLP/HTTP base URL (where the agent ships spans).
+    pub(crate) fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The query listener's base URL (reads, SQL, metrics, the control API).
+    pub(crate) fn query(&self) -> String {
+        format!("http://127.0.0.1:{}", self.query_port)
     }
 
     fn restart(&mut self) {
         let child = Command::new(WEFT)
-            .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--http", "off", "--fsync", "always"])
+            .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "always"])
             .arg("--data-dir")
             .arg(&self.data)
             .args(["--otlp-http", &format!("127.0.0.1:{}", self.port)])
+            .args(["--http", &format!("127.0.0.1:{}", self.query_port)])
             .args(["--control-token", TOKEN])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn weft serve");
         self.child = Some(child);
-        let (h, url) = (http(), format!("{}/api/status", self.base()));
+        let (h, url) = (http(), format!("{}/api/status", self.query()));
         wait_for("weft serve to answer", Duration::from_secs(120), || {
             h.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200)
         });
@@ -95,7 +130,7 @@ impl Collector {
     }
 
     fn sql(&self, q: &str) -> Vec<Vec<Value>> {
-        let mut r = http().post(&format!("{}/api/sql", self.base())).send(q).expect("POST /api/sql");
+        let mut r = http().post(&format!("{}/api/sql", self.query())).send(q).expect("POST /api/sql");
         let body = r.body_mut().read_to_string().unwrap_or_default();
         let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{q}: {e}: {body}"));
         v["rows"]
@@ -106,13 +141,13 @@ impl Collector {
             .collect()
     }
 
-    fn count(&self, q: &str) -> u64 {
+    pub(crate) fn count(&self, q: &str) -> u64 {
         self.sql(q).first().and_then(|r| r.first()).and_then(Value::as_u64).unwrap_or(0)
     }
 
     /// Zipkin v2 spans of a trace.
     fn trace(&self, id: &str) -> Vec<Value> {
-        let mut r = http().get(&format!("{}/api/v2/trace/{id}", self.base())).call().expect("GET trace");
+        let mut r = http().get(&format!("{}/api/v2/trace/{id}", self.query())).call().expect("GET trace");
         if r.status().as_u16() != 200 {
             return Vec::new();
         }
@@ -120,7 +155,7 @@ impl Collector {
     }
 
     fn control(&self, token: Option<&str>, query: &str, body: &str) -> (u16, Value) {
-        let mut req = http().post(&format!("{}/api/control/probes{query}", self.base()));
+        let mut req = http().post(&format!("{}/api/control/probes{query}", self.query()));
         if let Some(t) = token {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
@@ -138,14 +173,14 @@ impl Drop for Collector {
 }
 
 /// `weft agent`.
-struct AgentProc {
+pub(crate) struct AgentProc {
     child: Option<Child>,
     args: Vec<String>,
     metrics: u16,
 }
 
 impl AgentProc {
-    fn start(probe_dir: &Path, spool: &Path, collector: &str, extra: &[&str]) -> AgentProc {
+    pub(crate) fn start(probe_dir: &Path, spool: &Path, collector: &Collector, extra: &[&str]) -> AgentProc {
         let metrics = weft_testkit::free_port();
         let mut args: Vec<String> = vec![
             "agent".into(),
@@ -154,7 +189,9 @@ impl AgentProc {
             "--spool-dir".into(),
             spool.to_string_lossy().into_owned(),
             "--collector".into(),
-            collector.into(),
+            collector.base(),
+            "--control-url".into(),
+            collector.query(),
             "--control-token".into(),
             TOKEN.into(),
             "--metrics".into(),
@@ -224,7 +261,7 @@ impl Drop for AgentProc {
     }
 }
 
-fn segments(dir: &Path) -> usize {
+pub(crate) fn segments(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".weft")).count()
@@ -232,7 +269,7 @@ fn segments(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn temp() -> tempfile::TempDir {
+pub(crate) fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
@@ -265,7 +302,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     let (work, data, spool) = (temp(), temp(), temp());
     let probes = work.path().join("probes");
     let collector = Collector::start(data.path());
-    let agent = AgentProc::start(&probes, spool.path(), &collector.base(), &[]);
+    let agent = AgentProc::start(&probes, spool.path(), &collector, &[]);
     let tiers = cluster(work.path(), &probes);
     wait_for("four segments", Duration::from_secs(30), || segments(&probes) == 4);
 
@@ -276,7 +313,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
     let h = http();
     wait_for("the agent polling the control API", Duration::from_secs(60), || {
         let mut r = h
-            .get(&format!("{}/api/control/agents", collector.base()))
+            .get(&format!("{}/api/control/agents", collector.query()))
             .header("Authorization", &format!("Bearer {TOKEN}"))
             .call()
             .expect("GET agents");
@@ -377,7 +414,7 @@ fn runtime_enabling_through_the_collector_shows_in_cross_process_traces() {
 
     // congestion figures reached the collector; nothing was dropped at this pace
     wait_for("the agent's report on the collector's /metrics", Duration::from_secs(30), || {
-        let mut r = http().get(&format!("{}/metrics", collector.base())).call().expect("metrics");
+        let mut r = http().get(&format!("{}/metrics", collector.query())).call().expect("metrics");
         let text = r.body_mut().read_to_string().unwrap_or_default();
         text.lines().any(|l| {
             l.starts_with("weft_agent_process_ring_occupancy_max{") && l.contains("service=\"blocker\"")
@@ -454,7 +491,7 @@ fn store_and_forward_across_a_collector_outage() {
     let agent = AgentProc::start(
         &probes,
         spool.path(),
-        &collector.base(),
+        &collector,
         &["--spool-size", "64KiB", "--batch-interval", "100ms", "--max-batch-spans", "300"],
     );
     let tiers = cluster(work.path(), &probes);
@@ -519,8 +556,7 @@ fn a_killed_agent_restarts_without_losing_spans_and_repeats_at_most_one_flush() 
     let (work, data, spool) = (temp(), temp(), temp());
     let probes = work.path().join("probes");
     let collector = Collector::start(data.path());
-    let mut agent =
-        AgentProc::start(&probes, spool.path(), &collector.base(), &["--batch-interval", "100ms"]);
+    let mut agent = AgentProc::start(&probes, spool.path(), &collector, &["--batch-interval", "100ms"]);
     let tiers = cluster(work.path(), &probes);
     wait_for("four segments", Duration::from_secs(30), || segments(&probes) == 4);
     let stop = Arc::new(AtomicBool::new(false));

@@ -6,10 +6,9 @@
 //! traffic they do not.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
-use crate::common::{csv, run_ok, weft};
+use crate::common::{csv, run_ns3, run_ok, weft};
 
 /// The scenario's node names by ns-3 node id, as `examples/ns3/topology.toml` names them
 /// (the script prints its ids; checked below).
@@ -78,20 +77,10 @@ fn responses_queue_in_the_congested_switch_and_requests_do_not() {
     let dir = tempfile::tempdir().expect("temp dir");
     let quiet_log = dir.path().join("quiet.tr");
     let busy_log = dir.path().join("congested.tr");
-    let script = weft_testkit::workspace_root().join("examples/ns3/ntp_congestion.py");
     let t0 = Instant::now();
-    let out = Command::new(weft_testkit::python())
-        .arg(&script)
-        .arg(format!("none:{}", quiet_log.display()))
-        .arg(format!("tcp:{}", busy_log.display()))
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "{} failed ({}) — is the PyPI `ns3` wheel installed? (.ci/test installs .ci/requirements.txt)\n{}",
-        script.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ns3(
+        "ntp_congestion.py",
+        &[format!("none:{}", quiet_log.display()), format!("tcp:{}", busy_log.display())],
     );
     let summaries: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 use weft_model::Span;
 use weft_model::codec::stream::{self, Format, WriterOptions};
@@ -35,6 +34,15 @@ pub fn run_err(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Reads an OTLP/JSON span file whole.
+pub fn read_otlp_json(p: &Path) -> Vec<Span> {
+    let f = std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut r = stream::reader(Format::OtlpJson, std::io::BufReader::new(f), false).unwrap();
+    let mut v = Vec::new();
+    while r.next_batch(&mut v, 10_000).unwrap() {}
+    v
+}
+
 /// Writes `spans` to `path` in `format`.
 pub fn write_spans(path: &Path, format: Format, spans: &[Span]) {
     let f = std::io::BufWriter::new(std::fs::File::create(path).expect("create trace file"));
@@ -48,20 +56,17 @@ pub fn csv(text: &str) -> Vec<Vec<String>> {
     text.lines().map(|l| l.split(',').map(str::to_owned).collect()).collect()
 }
 
-/// An HTTP client that returns error statuses as answers (60 s per request).
-pub fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(60)))
-        .build()
-        .into()
-}
-
-/// Poll `f` until it holds; panics naming `what` after `timeout`.
-pub fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Runs one of `examples/ns3`'s scenarios with real ns-3 (the PyPI `ns3` wheel) and returns
+/// its output; fails the test, with ns-3's stderr, if the script fails.
+pub fn run_ns3(script: &str, args: &[String]) -> Output {
+    let script = weft_testkit::workspace_root().join("examples/ns3").join(script);
+    let out = Command::new(weft_testkit::python()).arg(&script).args(args).output().expect("run python");
+    assert!(
+        out.status.success(),
+        "{} failed ({}) — is the PyPI `ns3` wheel installed? (.ci/test installs .ci/requirements.txt)\n{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }

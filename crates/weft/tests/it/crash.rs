@@ -15,9 +15,14 @@ use crate::WeftServe;
 
 const BATCH: usize = 100;
 
-/// Batch `b` of the stream: `BATCH` spans in one trace, every span carrying its batch number,
-/// ids derived from (b, i) so that a duplicate or a missing span is visible.
+/// Batch `b` of the stream: `BATCH` spans in one trace.
 fn batch(b: u64) -> Vec<Span> {
+    batch_of(b, BATCH)
+}
+
+/// Batch `b` of a stream: `n` spans in one trace, every span carrying its batch number, ids
+/// derived from (b, i) so that a duplicate or a missing span is visible.
+pub(crate) fn batch_of(b: u64, n: usize) -> Vec<Span> {
     let mut r = Resource::default();
     r.attributes.push("service.name", "crash-test");
     let resource = Arc::new(r);
@@ -25,7 +30,7 @@ fn batch(b: u64) -> Vec<Span> {
     t[..8].copy_from_slice(&0x5eed_0000_0000_0000u64.to_be_bytes());
     t[8..].copy_from_slice(&b.to_be_bytes());
     let start = weft_model::time::now_unix_nanos() - 60_000_000_000;
-    (0..BATCH as u64)
+    (0..n as u64)
         .map(|i| {
             let mut s = Span {
                 trace_id: TraceId(t),

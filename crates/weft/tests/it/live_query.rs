@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{http, wait_for};
+use crate::agent::{http, wait_for};
 
 const TOKEN: &str = "live-s3cret";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
@@ -93,27 +93,30 @@ fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
     )
 }
 
-fn collector(data: &Path) -> (Kill, String) {
-    let port = weft_testkit::free_port();
+/// `weft serve`; returns the OTLP/HTTP base (the agents' `--collector`) and the query
+/// listener's base (the control API).
+fn collector(data: &Path) -> (Kill, String, String) {
+    let (port, query_port) = (weft_testkit::free_port(), weft_testkit::free_port());
     let child = Command::new(WEFT)
-        .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--http", "off"])
+        .args(["serve", "--otlp-grpc", "off", "--zipkin", "off"])
         .arg("--data-dir")
         .arg(data)
         .args(["--otlp-http", &format!("127.0.0.1:{port}")])
+        .args(["--http", &format!("127.0.0.1:{query_port}")])
         .args(["--control-token", TOKEN])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn weft serve");
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://127.0.0.1:{query_port}");
     let url = format!("{base}/api/status");
     wait_for("weft serve to answer", Duration::from_secs(120), || {
         http().get(&url).call().is_ok_and(|r| r.status().as_u16() == 200)
     });
-    (Kill(child), base)
+    (Kill(child), format!("http://127.0.0.1:{port}"), base)
 }
 
-fn agent(probe_dir: &Path, spool: &Path, base: &str, name: &str) -> Kill {
+fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str) -> Kill {
     Kill(
         Command::new(WEFT)
             .arg("agent")
@@ -121,7 +124,8 @@ fn agent(probe_dir: &Path, spool: &Path, base: &str, name: &str) -> Kill {
             .arg(probe_dir)
             .arg("--spool-dir")
             .arg(spool)
-            .args(["--collector", base, "--control-token", TOKEN, "--name", name, "--linger", "0s"])
+            .args(["--collector", otlp, "--control-url", base, "--control-token", TOKEN])
+            .args(["--name", name, "--linger", "0s"])
             .args(["--metrics", &format!("127.0.0.1:{}", weft_testkit::free_port())])
             .env("WEFT_LOG", "warn")
             .stdout(Stdio::null())
@@ -264,7 +268,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     let tmp = tempfile::tempdir().expect("tmp");
     let marks = tmp.path().join("markers");
     std::fs::create_dir_all(&marks).expect("markers dir");
-    let (_serve, base) = collector(&tmp.path().join("data"));
+    let (_serve, otlp, base) = collector(&tmp.path().join("data"));
 
     // refused before anything runs: no token, and (below, once schemas are known) bad queries
     let (st, _) = call("POST", &format!("{base}/api/control/queries"), None, Some(QUERY));
@@ -281,7 +285,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         for (n, seed) in specs {
             procs.push(emitter(&dir, &marks, *n, *seed));
         }
-        agents.push(agent(&dir, &tmp.path().join(format!("spool-{name}")), &base, name));
+        agents.push(agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name));
     }
     let all: Vec<(u64, u64)> = nodes.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     let want = expected(&all);
@@ -373,7 +377,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     std::fs::create_dir_all(&solo).expect("probe dir");
     std::fs::set_permissions(&solo, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let procs: Vec<Kill> = all.iter().map(|(n, s)| emitter(&solo, &marks2, *n, *s)).collect();
-    let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), &base, "solo");
+    let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), (&otlp, &base), "solo");
     let (id, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"]);
     assert_eq!(rows(&res["total"]), want, "single-agent result: {res}");
     assert_eq!(rows(&res["by_agent"]["solo"]), want, "{res}");

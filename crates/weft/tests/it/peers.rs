@@ -311,7 +311,7 @@ fn zipkin_expected(w: &J) -> J {
 
 /// The spans of a Zipkin `trace/{id}` answer by span id.
 fn zipkin_trace(srv: &WeftServe, trace_id: &str) -> BTreeMap<String, J> {
-    let v = srv.get_json(srv.zipkin, &format!("/api/v2/trace/{trace_id}"));
+    let v = srv.get_json(srv.http, &format!("/api/v2/trace/{trace_id}"));
     v.as_array()
         .expect("a Zipkin trace is a list")
         .iter()
@@ -354,7 +354,7 @@ fn check_zipkin_otel(srv: &WeftServe, want: &[J]) {
         assert_zipkin_eq(g, &zipkin_expected(w), &format!("Zipkin span {id} ({})", w["name"]));
     }
     let service = find_attr(&want[0]["resource"], "service.name").expect("service.name")["value"].clone();
-    let services = srv.get_json(srv.zipkin, "/api/v2/services");
+    let services = srv.get_json(srv.http, "/api/v2/services");
     assert!(services.as_array().expect("services").contains(&service), "{services}");
 }
 
@@ -557,11 +557,11 @@ fn py_zipkin_v2_json() {
         );
     }
     let names: BTreeSet<String> =
-        serde_json::from_value(srv.get_json(srv.zipkin, "/api/v2/spans?serviceName=py-zipkin-frontend"))
+        serde_json::from_value(srv.get_json(srv.http, "/api/v2/spans?serviceName=py-zipkin-frontend"))
             .unwrap();
     assert_eq!(names, want.iter().map(|w| s(&w["name"]).to_owned()).collect());
     let remote: Vec<String> = serde_json::from_value(
-        srv.get_json(srv.zipkin, "/api/v2/remoteServices?serviceName=py-zipkin-frontend"),
+        srv.get_json(srv.http, "/api/v2/remoteServices?serviceName=py-zipkin-frontend"),
     )
     .unwrap();
     assert_eq!(remote, vec!["redis".to_owned()]);

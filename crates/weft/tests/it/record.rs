@@ -4,24 +4,12 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use weft_model::codec::stream::{self, Format};
 use weft_model::{Span, Value};
 
-fn weft() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_weft"))
-}
-
-fn read_spans(p: &Path) -> Vec<Span> {
-    let f = std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut r = stream::reader(Format::OtlpJson, BufReader::new(f), false).unwrap();
-    let mut v = Vec::new();
-    while r.next_batch(&mut v, 10_000).unwrap() {}
-    v
-}
+use super::common::{read_otlp_json as read_spans, weft};
 
 fn int(s: &Span, k: &str) -> i64 {
     s.attributes

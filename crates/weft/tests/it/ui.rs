@@ -20,7 +20,10 @@ const BIG_SPANS: usize = 100_000;
 
 struct Server {
     child: Child,
+    /// The query listener (UI, reads).
     url: String,
+    /// The OTLP/HTTP listener.
+    otlp: String,
     _dir: tempfile::TempDir,
 }
 
@@ -33,17 +36,23 @@ impl Drop for Server {
 
 fn start_server() -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
-    let http = weft_testkit::free_port();
+    let (http, otlp) = (weft_testkit::free_port(), weft_testkit::free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["serve", "--data-dir"])
         .arg(dir.path())
         .args(["--http", &format!("127.0.0.1:{http}")])
-        .args(["--otlp-http", "off", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never"])
+        .args(["--otlp-http", &format!("127.0.0.1:{otlp}")])
+        .args(["--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never"])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn weft serve");
-    let server = Server { child, url: format!("http://127.0.0.1:{http}"), _dir: dir };
+    let server = Server {
+        child,
+        url: format!("http://127.0.0.1:{http}"),
+        otlp: format!("http://127.0.0.1:{otlp}"),
+        _dir: dir,
+    };
     let agent = agent();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -190,8 +199,7 @@ fn web_ui_in_headless_chromium() {
     );
 
     let server = start_server();
-    // Every HTTP listener serves the same router, so the query listener accepts /v1/traces too.
-    let otlp_url = format!("{}/v1/traces", server.url);
+    let otlp_url = format!("{}/v1/traces", server.otlp);
     let now = weft_model::time::now_unix_nanos();
 
     // OpenTelemetry-SDK-like shop traffic: 300 requests over the last 20 minutes.

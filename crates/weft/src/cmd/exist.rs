@@ -1,0 +1,213 @@
+//! `weft exist capture`: one EXIST capture on this node — a target's function calls for a
+//! bounded period (weft-agent's capture engine, software backend), woven into the requests
+//! that ran them (`--weave`: the application's spans with `thread.id`) and written to a file,
+//! a data directory and/or a server.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use weft_agent::capture::alloc::{AllocConfig, Allocator};
+use weft_agent::capture::engine::{Backend, CaptureRequest, CaptureTarget, Cores, Engine};
+use weft_cli::units;
+use weft_model::codec::stream;
+use weft_sources::perf::exist;
+use weft_weave::sink::SpanSink;
+
+use super::import::ServerSink;
+use super::pipeline::{append_retrying, span_file_format};
+use super::record::{hostname, read_spans};
+
+/// Arguments of `weft exist`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Sub,
+}
+
+/// `weft exist` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// Trace a target's function calls for a bounded period and weave them into its requests.
+    Capture(CaptureArgs),
+}
+
+/// Arguments of `weft exist capture`.
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "service", "cgroup"])))]
+pub struct CaptureArgs {
+    /// The target process (all its threads).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// The target service: processes whose comm or program name is this.
+    #[arg(long)]
+    pub service: Option<String>,
+    /// The target cgroup (v2 directory).
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+    /// How long to trace (0.1 s to 2 s without --force).
+    #[arg(long, default_value = "500ms", value_parser = units::parse_duration)]
+    pub period: Duration,
+    /// Functions to probe, as globs (repeatable or comma-separated); default: every function
+    /// of the module (at most 128).
+    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
+    pub functions: Vec<String>,
+    /// The binary or library whose functions are probed (default: the target's executable).
+    #[arg(long, value_name = "PATH")]
+    pub module: Option<PathBuf>,
+    /// Memory for this capture's per-core buffers (default: the node's 512 MiB).
+    #[arg(long, value_parser = units::parse_size)]
+    pub budget: Option<u64>,
+    /// Cores to trace: `auto` (where the target ran recently, plus a sample) or a list (0-3,6).
+    #[arg(long, default_value = "auto")]
+    pub cores: String,
+    /// The tracer: `software` (uprobes) or `intel-pt`.
+    #[arg(long, default_value = "software")]
+    pub backend: String,
+    /// Accept a period outside 0.1-2 s.
+    #[arg(long)]
+    pub force: bool,
+    /// The application's spans (any readable format) carrying `thread.id`: the function calls
+    /// go inside the request span that ran them. Read after the capture.
+    #[arg(long, value_name = "FILE")]
+    pub weave: Option<PathBuf>,
+    /// Write the spans (with the --weave spans) to this file; format from --format or the name.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Format of --out.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Append the spans to this weft data directory.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Send the spans to this OTLP/HTTP endpoint (e.g. a `weft serve`).
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The target threads' scheduler switches as EXIST's 24-byte records.
+    #[arg(long, value_name = "FILE")]
+    pub sched_out: Option<PathBuf>,
+}
+
+/// Runs `weft exist`.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Sub::Capture(a) => capture(a),
+    }
+}
+
+/// `--cores`: `auto` or a CPU list.
+fn parse_cores(s: &str) -> anyhow::Result<Cores> {
+    Cores::parse(s).with_context(|| format!("--cores {s:?}: give `auto` or a CPU list such as 0-3,6"))
+}
+
+fn capture(args: CaptureArgs) -> anyhow::Result<()> {
+    let received = Instant::now();
+    if args.out.is_none() && args.data_dir.is_none() && args.server.is_none() && args.sched_out.is_none() {
+        bail!("nowhere to write: give --out FILE, --data-dir DIR, --server URL and/or --sched-out FILE");
+    }
+    let out_format = span_file_format(args.out.as_deref(), args.format.as_deref())?;
+    let backend = match args.backend.as_str() {
+        "software" | "sw" => Backend::Software,
+        "intel-pt" | "intel_pt" | "pt" => Backend::IntelPt,
+        b => bail!("--backend {b:?}: give software or intel-pt"),
+    };
+    let target = match (args.pid, &args.service, &args.cgroup) {
+        (Some(p), _, _) => CaptureTarget::Pid(p),
+        (_, Some(s), _) => CaptureTarget::Service(s.clone()),
+        (_, _, Some(c)) => CaptureTarget::Cgroup(c.clone()),
+        _ => bail!("give a target: --pid, --service or --cgroup"),
+    };
+    let req = CaptureRequest {
+        target,
+        period: args.period,
+        cores: parse_cores(&args.cores)?,
+        budget: args.budget,
+        backend,
+        functions: args.functions.clone(),
+        module: args.module.clone(),
+        force: args.force,
+    };
+    let engine = Engine::new(Allocator::new(AllocConfig::default())?);
+    let r = engine.run(&req, received)?;
+    let c = &r.counters;
+    let cores: Vec<String> =
+        r.buffers.iter().map(|b| format!("{}: {}", b.core, units::fmt_bytes(b.bytes))).collect();
+    eprintln!(
+        "weft exist: captured pid {} ({}) for {:.1} ms on cores [{}]: {} functions, {} calls, {} returns, {} scheduler records",
+        r.pids.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        r.module.display(),
+        (r.end_ns - r.start_ns) as f64 / 1e6,
+        cores.join(", "),
+        c.functions,
+        c.calls,
+        c.returns,
+        c.switches
+    );
+    eprintln!(
+        "weft exist: start latency {:.2} ms, stop latency {:.3} ms; {} control operations (cores switched on: {:?}); peak memory {} of {}",
+        c.start_latency.as_secs_f64() * 1e3,
+        c.stop_latency.as_secs_f64() * 1e3,
+        c.control_ops,
+        c.cores_enabled.iter().map(|x| x.0).collect::<Vec<_>>(),
+        units::fmt_bytes(c.peak_bytes),
+        units::fmt_bytes(c.buffer_bytes)
+    );
+    if !r.uncovered.is_empty() {
+        eprintln!("weft exist: cores the budget could not cover: {:?}", r.uncovered);
+    }
+    if !c.full_cores.is_empty() {
+        eprintln!(
+            "weft exist: buffers full on cores {:?}: their tracers stopped early, {} records left out",
+            c.full_cores, c.dropped_full
+        );
+    }
+    if c.lost > 0 {
+        eprintln!("weft exist: WARNING: the kernel lost {} records (a ring was full)", c.lost);
+    }
+    if c.target_exited {
+        eprintln!("weft exist: the target exited during the capture; it ended there");
+    }
+
+    let app = match &args.weave {
+        Some(p) => read_spans(p)?,
+        None => Vec::new(),
+    };
+    let fs = r.spans(&app, &hostname());
+    eprintln!(
+        "weft exist: {} function spans: {} inside requests, {} inside enclosing calls, {} outside any request ({} unmatched returns)",
+        fs.kernel.uprobe_calls, fs.nest.placed, fs.nest.nested, fs.nest.unplaced, fs.kernel.unmatched_returns
+    );
+    let mut spans = app;
+    spans.extend(fs.spans);
+
+    if let Some(p) = &args.sched_out {
+        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        let mut w = exist::Writer::new(std::io::BufWriter::new(f))
+            .with_context(|| format!("writing {}", p.display()))?;
+        for rec in &r.sched {
+            w.write(rec).with_context(|| format!("writing {}", p.display()))?;
+        }
+        w.finish().with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let (Some(p), Some(format)) = (&args.out, out_format) {
+        let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        let mut w = stream::writer(format, std::io::BufWriter::new(f), Default::default())?;
+        w.write(&spans).with_context(|| format!("writing {}", p.display()))?;
+        let losses = w.finish().with_context(|| format!("writing {}", p.display()))?;
+        if !losses.is_empty() {
+            eprintln!("note: {} cannot carry everything: {losses}", format.name());
+        }
+    }
+    if let Some(dir) = &args.data_dir {
+        let store = weft_store::Store::open(weft_store::StoreConfig::new(dir))
+            .with_context(|| format!("opening {}", dir.display()))?;
+        append_retrying(|| store.append(&spans))?;
+        store.close()?;
+    }
+    if let Some(url) = &args.server {
+        let mut sink = ServerSink::new(url);
+        sink.write(&spans)?;
+    }
+    eprintln!("weft exist: wrote {} spans", spans.len());
+    Ok(())
+}
