@@ -11,6 +11,7 @@
 //!
 //!  control socket (weft probes) ─┐
 //!  collector poll (control API) ─┴─▶ control::execute ──▶ segments' control areas
+//!  live queries (POST /api/control/live) ◀─▶ live::LiveNode ──▶ segments' query mailboxes
 //!  reporter ──▶ POST /api/agents/report        metrics server ──▶ GET /metrics
 //! ```
 //!
@@ -246,6 +247,15 @@ impl Agent {
                 others.push(spawn("weft-agent-report", move || {
                     crate::collector::run_reporter(l2, m, s, every)
                 }));
+                let node = crate::live::LiveNode::new(
+                    &cfg.name,
+                    &cfg.host,
+                    vec![Box::new(crate::live::InProcess::new(&cfg.probe_dir, cfg.control_wait))],
+                    metrics.clone(),
+                );
+                let (s, c) = (stop.clone(), link.collector.clone());
+                // not joined at shutdown either: its exchange may be in flight
+                let _ = spawn("weft-agent-live", move || crate::live::run(c, node, s));
                 let (s, e) = (stop.clone(), exec.clone());
                 let executor = crate::capture::remote::Executor {
                     engine: crate::capture::engine::Engine::new(crate::capture::alloc::Allocator::new(

@@ -6,8 +6,9 @@
 //! `lttng-relayd`'s live sessions into BlkKin spans when told to (`--lttng-live`), and ships
 //! the spans to the collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
 //! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
-//! local socket or from the collector's control API — and runs EXIST's bounded captures of a
-//! service's function calls on the collector's request.
+//! local socket or from the collector's control API — runs the collector's live queries in the
+//! processes (shipping merged partial results), and runs EXIST's bounded captures of a service's
+//! function calls on the collector's request.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
 //!   restarts, commits).
@@ -21,6 +22,9 @@
 //!   control socket.
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
 //!   [`weft_control::client::Collector`]).
+//! * [`live`]: live queries at the machine level — install the collector's plans in the
+//!   probe level ([`live::ProbeLevel`]; built: weft-probe tracepoints in the traced processes),
+//!   collect and merge their partials every interval, ship one partial per query and window.
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
 //! * [`capture`]: EXIST's on-demand bounded captures — the usage-aware allocator of per-core
 //!   buffers within the node's budget ([`capture::alloc`]) and its `/proc` inputs
@@ -43,6 +47,7 @@ pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod control;
+pub mod live;
 pub mod lttng;
 pub mod metrics;
 pub mod ship;

@@ -46,6 +46,10 @@ pub struct Metrics {
     pub control_errors: Arc<AtomicU64>,
     pub reports_sent: AtomicU64,
     pub report_errors: AtomicU64,
+    /// Live queries' partials collected (one per query and window).
+    pub live_partials: AtomicU64,
+    /// Partials dropped because too many waited for the collector.
+    pub live_partials_dropped: AtomicU64,
     /// Gauge: open spans over all processes.
     pub open_spans: AtomicU64,
     /// LTTng live spans dropped while the spool refused appends.
@@ -272,6 +276,18 @@ impl Metrics {
             "Congestion reports that failed.",
             "counter",
             g(&self.report_errors),
+        );
+        c(
+            "weft_agent_live_partials_total",
+            "Live queries' partials collected (per query and window).",
+            "counter",
+            g(&self.live_partials),
+        );
+        c(
+            "weft_agent_live_partials_dropped_total",
+            "Live queries' partials dropped while the collector was unreachable.",
+            "counter",
+            g(&self.live_partials_dropped),
         );
         let s = self.spool();
         c("weft_agent_spool_bytes", "Bytes in the spool.", "gauge", s.bytes);

@@ -1,6 +1,6 @@
 //! The client of the collector's control API (`weft serve`): agents post their congestion
-//! reports (`POST /api/agents/report`) and long-poll for commands (`POST /api/control/poll`,
-//! bearer token); tools submit probe commands (`POST /api/control/probes`) and read the agents'
+//! reports (`POST /api/agents/report`), long-poll for commands (`POST /api/control/poll`,
+//! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`); tools submit probe commands (`POST /api/control/probes`) and read the agents'
 //! reports (`GET /api/control/agents`). Spans do not travel here: they go to the collector's
 //! OTLP receiver.
 
@@ -15,6 +15,8 @@ use crate::proto::{AgentReport, CommandResult, PollRequest, PollResponse, ProbeC
 pub const REPORT_ROUTE: &str = "/api/agents/report";
 /// Route of the agents' command long poll (bearer token).
 pub const POLL_ROUTE: &str = "/api/control/poll";
+/// Route of the agents' live-query exchange (bearer token).
+pub const LIVE_ROUTE: &str = "/api/control/live";
 /// Route of probe commands (bearer token).
 pub const PROBES_ROUTE: &str = "/api/control/probes";
 /// Route of the agents seen, with their last reports (bearer token).
@@ -131,6 +133,13 @@ impl Collector {
         let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
         let r = self.post(POLL_ROUTE, req, timeout, true)?;
         read_json(POLL_ROUTE, r)
+    }
+
+    /// Deliver partials and learn (waiting up to `req.wait_ms`) which live queries to run.
+    pub fn live_sync(&self, req: &crate::live::LiveSync) -> Result<crate::live::LiveAnswer, ClientError> {
+        let timeout = Duration::from_millis(req.wait_ms) + POLL_SLACK;
+        let r = self.post(LIVE_ROUTE, req, timeout, true)?;
+        read_json(LIVE_ROUTE, r)
     }
 
     /// Submit a probe command and wait up to `wait` (the collector caps it at 30 s) for every

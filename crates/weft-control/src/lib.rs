@@ -11,8 +11,9 @@
 //! * [`client`]: [`client::Collector`], the HTTP client of the collector's control API
 //!   (congestion reports, the command long poll, probe commands, the agents' reports).
 //! * [`live`]: live queries' messages — a probe-level plan to deploy
-//!   ([`live::QueryDeploy`]) and an agent's partial result for a window
-//!   ([`live::PartialReport`]). Not yet carried by the client, the agent or the collector.
+//!   ([`live::QueryDeploy`]), an agent's partial result for a window
+//!   ([`live::PartialReport`]), and the agents' exchange carrying them ([`live::LiveSync`],
+//!   [`live::LiveAnswer`]; [`client::Collector::live_sync`]).
 
 pub mod client;
 pub mod live;

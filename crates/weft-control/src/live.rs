@@ -1,7 +1,8 @@
 //! Wire types of live queries between the collector and the agents (JSON): a probe-level plan
 //! to deploy ([`QueryDeploy`]) and the partial results agents ship back ([`PartialReport`]).
 //! The plan mirrors `weft_probe::query::Plan` field by field; the partial carries
-//! `weft_probe::agg::Partial`'s compact form in base64.
+//! `weft_probe::agg::Partial`'s compact form in base64. Both travel in the agents' exchange
+//! with the collector ([`LiveSync`] → [`LiveAnswer`], `POST /api/control/live`).
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -248,6 +249,50 @@ impl PartialReport {
             .map_err(|e| bad("partial", format!("not base64: {e}")))?;
         Partial::decode(&bytes).map_err(|e| bad("partial", e.to_string()))
     }
+}
+
+/// A process (or a whole node) that could not run a query, as an agent reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveFailure {
+    pub query: u64,
+    /// 0: the whole node (the query was refused there and nothing stays attached).
+    #[serde(default)]
+    pub pid: u32,
+    #[serde(default)]
+    pub service: String,
+    pub error: String,
+}
+
+/// Agent → collector on `POST /api/control/live`: what the agent runs, its partials since the
+/// last exchange, failures, and (when changed) the schemas of its processes' tracepoints, which
+/// the collector types queries against. The collector holds the request (up to `wait_ms`) until
+/// the set of queries to run differs from `running` + `failed`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LiveSync {
+    pub agent: String,
+    pub host: String,
+    /// Queries installed and collected on this node.
+    #[serde(default)]
+    pub running: Vec<u64>,
+    /// Queries this node refused (not retried while they stay deployed).
+    #[serde(default)]
+    pub failed: Vec<u64>,
+    #[serde(default)]
+    pub reports: Vec<PartialReport>,
+    #[serde(default)]
+    pub failures: Vec<LiveFailure>,
+    /// `(tracepoint name, field spec)` of the node's processes; `None`: unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracepoints: Option<Vec<(String, String)>>,
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// Collector → agent: every query the agents should run now (a query missing from it is to be
+/// removed).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct LiveAnswer {
+    pub queries: Vec<QueryDeploy>,
 }
 
 #[cfg(test)]

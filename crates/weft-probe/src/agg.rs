@@ -532,7 +532,7 @@ pub struct DecodeError {
     pub reason: String,
 }
 
-fn put_uvar(out: &mut Vec<u8>, mut v: u128) {
+pub(crate) fn put_uvar(out: &mut Vec<u8>, mut v: u128) {
     loop {
         let b = (v & 0x7f) as u8;
         v >>= 7;
@@ -544,21 +544,21 @@ fn put_uvar(out: &mut Vec<u8>, mut v: u128) {
     }
 }
 
-fn put_ivar(out: &mut Vec<u8>, v: i128) {
+pub(crate) fn put_ivar(out: &mut Vec<u8>, v: i128) {
     put_uvar(out, ((v << 1) ^ (v >> 127)) as u128);
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    pos: usize,
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
+    pub(crate) pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn err(&self, reason: &str) -> DecodeError {
+    pub(crate) fn err(&self, reason: &str) -> DecodeError {
         DecodeError { offset: self.pos, reason: reason.to_string() }
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         let end =
             self.pos.checked_add(n).filter(|e| *e <= self.b.len()).ok_or_else(|| self.err("truncated"))?;
         let s = &self.b[self.pos..end];
@@ -566,11 +566,11 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn byte(&mut self) -> Result<u8, DecodeError> {
+    pub(crate) fn byte(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
 
-    fn uvar(&mut self) -> Result<u128, DecodeError> {
+    pub(crate) fn uvar(&mut self) -> Result<u128, DecodeError> {
         let mut v = 0u128;
         for shift in (0..128).step_by(7) {
             let b = self.byte()?;
@@ -586,24 +586,24 @@ impl<'a> Reader<'a> {
         Err(self.err("varint too long"))
     }
 
-    fn ivar(&mut self) -> Result<i128, DecodeError> {
+    pub(crate) fn ivar(&mut self) -> Result<i128, DecodeError> {
         let u = self.uvar()?;
         Ok((u >> 1) as i128 ^ -((u & 1) as i128))
     }
 
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&mut self) -> Result<u64, DecodeError> {
         let v = self.uvar()?;
         u64::try_from(v).map_err(|_| self.err("value exceeds 64 bits"))
     }
 
-    fn i64(&mut self) -> Result<i64, DecodeError> {
+    pub(crate) fn i64(&mut self) -> Result<i64, DecodeError> {
         let v = self.ivar()?;
         i64::try_from(v).map_err(|_| self.err("value exceeds 64 bits"))
     }
 
     /// A count of following items; each takes at least one byte, so a count larger than the
     /// bytes left is malformed (bounds allocation by the input's size).
-    fn len(&mut self) -> Result<usize, DecodeError> {
+    pub(crate) fn len(&mut self) -> Result<usize, DecodeError> {
         let v = self.uvar()?;
         let left = (self.b.len() - self.pos) as u128;
         if v > left {

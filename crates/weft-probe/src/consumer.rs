@@ -65,6 +65,8 @@ pub enum ConsumerError {
     Record { path: PathBuf, ring: usize, pos: u64, source: RecordError },
     #[error("{path}: tracepoint id {id} is outside the control array (capacity {capacity})")]
     Id { path: PathBuf, id: u32, capacity: u32 },
+    #[error("{path}: live-query mailbox: {detail}")]
+    Mailbox { path: PathBuf, detail: String },
 }
 
 /// A record that does not decode.
@@ -350,6 +352,8 @@ struct Geometry {
     ring_count: usize,
     ring_stride: usize,
     ring_capacity: usize,
+    /// The live-query mailbox (offset, bytes), when the producer has one.
+    query: Option<(usize, usize)>,
 }
 
 /// Per-ring statistics.
@@ -989,6 +993,107 @@ impl Segment {
         Ok((ids, seq))
     }
 
+    /// Does the producer answer live-query requests ([`crate::mailbox`])?
+    pub fn has_mailbox(&self) -> bool {
+        self.geo.query.is_some()
+    }
+
+    fn mb_err(&self, detail: impl Into<String>) -> ConsumerError {
+        ConsumerError::Mailbox { path: self.path.clone(), detail: detail.into() }
+    }
+
+    /// One mailbox request: `Ok(Ok(answer))` when the process did it, `Ok(Err(reason))` when it
+    /// refused, `Err` when it did not answer within `timeout` (stopped, dying) or the segment has
+    /// no mailbox. One request at a time per segment (the agent's live-query thread).
+    pub fn mailbox_request(
+        &self,
+        req: &[u8],
+        timeout: Duration,
+    ) -> Result<Result<Vec<u8>, String>, ConsumerError> {
+        use crate::mailbox::*;
+        let (base, cap) =
+            self.geo.query.ok_or_else(|| self.mb_err("this process has none (older weft-probe)"))?;
+        if req.len() > REQ_MAX {
+            return Err(self.mb_err(format!("request of {} bytes exceeds {REQ_MAX}", req.len())));
+        }
+        let m = self.map();
+        let word = |off: usize| m.u32_at(base + off).ok_or_else(|| self.mb_err("outside the mapping"));
+        let (req_seq, resp_seq, req_len) = (word(MB_REQ_SEQ)?, word(MB_RESP_SEQ)?, word(MB_REQ_LEN)?);
+        m.write(base + MB_REQ, req).ok_or_else(|| self.mb_err("request outside the mapping"))?;
+        req_len.store(req.len() as u32, Ordering::Relaxed);
+        let seq = req_seq.load(Ordering::Relaxed).wrapping_add(1).max(1);
+        req_seq.store(seq, Ordering::Release);
+        let ctl = m.u32_at(OFF_CTL_SEQ).ok_or_else(|| self.hdr_err("ctl_seq", OFF_CTL_SEQ))?;
+        ctl.fetch_add(1, Ordering::AcqRel);
+        futex_wake(ctl);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let r = resp_seq.load(Ordering::Acquire);
+            if r == seq {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(self.mb_err(format!("no answer within {} ms", timeout.as_millis())));
+            }
+            futex_wait(resp_seq, r, (deadline - now).min(Duration::from_millis(20)));
+        }
+        let len = word(MB_RESP_LEN)?.load(Ordering::Relaxed) as usize;
+        let status = word(MB_RESP_STATUS)?.load(Ordering::Relaxed);
+        if len > cap.saturating_sub(MB_RESP) {
+            return Err(self.mb_err(format!("answer length {len} out of range")));
+        }
+        let mut out = Vec::new();
+        m.copy_out(base + MB_RESP, len, &mut out).ok_or_else(|| self.mb_err("answer outside the mapping"))?;
+        Ok(if status == STATUS_OK { Ok(out) } else { Err(String::from_utf8_lossy(&out).into_owned()) })
+    }
+
+    /// Install a live query in the process; `Ok(Err(reason))` when the process refused the plan
+    /// (no such tracepoint, a field's type…). The process detaches it by itself when no collect
+    /// renewed it for `lease`.
+    pub fn install_query(
+        &self,
+        plan: &crate::query::Plan,
+        lease: Duration,
+        timeout: Duration,
+    ) -> Result<Result<crate::query::QueryId, String>, ConsumerError> {
+        let mut req = vec![crate::mailbox::OP_INSTALL];
+        req.extend((lease.as_millis() as u64).to_le_bytes());
+        req.extend(crate::mailbox::encode_plan(plan));
+        Ok(match self.mailbox_request(&req, timeout)? {
+            Ok(a) => match <[u8; 8]>::try_from(a.as_slice()) {
+                Ok(b) => Ok(crate::query::QueryId(u64::from_le_bytes(b))),
+                Err(_) => return Err(self.mb_err("install answer is not a query id")),
+            },
+            Err(e) => Err(e),
+        })
+    }
+
+    /// Remove an installed query (the process frees its tables).
+    pub fn detach_query(
+        &self,
+        id: crate::query::QueryId,
+        timeout: Duration,
+    ) -> Result<Result<(), String>, ConsumerError> {
+        let mut req = vec![crate::mailbox::OP_DETACH];
+        req.extend(id.0.to_le_bytes());
+        Ok(self.mailbox_request(&req, timeout)?.map(drop))
+    }
+
+    /// Collect (and reset) an installed query's partial.
+    pub fn collect_query(
+        &self,
+        id: crate::query::QueryId,
+        timeout: Duration,
+    ) -> Result<Result<crate::agg::Partial, String>, ConsumerError> {
+        let mut req = vec![crate::mailbox::OP_COLLECT];
+        req.extend(id.0.to_le_bytes());
+        Ok(match self.mailbox_request(&req, timeout)? {
+            Ok(a) => Ok(crate::agg::Partial::decode(&a).map_err(|e| self.mb_err(e.to_string()))?),
+            Err(e) => Err(e),
+        })
+    }
+
     /// Delete the segment file (after draining a dead producer's segment).
     pub fn remove(self) -> Result<(), ConsumerError> {
         std::fs::remove_file(&self.path)
@@ -1067,7 +1172,21 @@ fn validate(map: &Map, path: &Path) -> Result<Geometry, ConsumerError> {
         .checked_mul(ring_stride)
         .ok_or_else(|| bad("ring_count", OFF_RING_COUNT, format!("{ring_count} rings overflow")))?;
     let rings_offset = area("rings_offset", OFF_RINGS_OFFSET, u64v(OFF_RINGS_OFFSET), rings_size)?;
+    let query = match (u64v(OFF_QUERY_OFFSET), u64v(OFF_QUERY_CAPACITY)) {
+        (0, _) => None,
+        (off, cap) if cap as usize == crate::mailbox::AREA_SIZE => {
+            Some((area("query_offset", OFF_QUERY_OFFSET, off, cap)?, cap as usize))
+        }
+        (_, cap) => {
+            return Err(bad(
+                "query_capacity",
+                OFF_QUERY_CAPACITY,
+                format!("{cap}, want {}", crate::mailbox::AREA_SIZE),
+            ));
+        }
+    };
     Ok(Geometry {
+        query,
         registry_offset,
         registry_capacity: registry_capacity as usize,
         state_offset,

@@ -29,6 +29,7 @@
 //! registry_offset          registry area: append-only tracepoint descriptors (registry_capacity bytes)
 //! state_offset             state mirror: 1 byte per tracepoint id (bit 0 = enabled), written by the producer
 //! control_offset           control area: 1 byte per tracepoint id (a CTL_* request), written by the consumer
+//! query_offset             live-query mailbox (query_capacity bytes; see below and crate::mailbox)
 //! rings_offset             ring_count rings, each ring_stride bytes: RING_HEADER_SIZE header + ring_capacity data
 //! ```
 //!
@@ -74,6 +75,8 @@
 //! | 212 | `[u8; 128]` | service | P | service name (UTF-8), `WEFT_PROBE_SERVICE` or set by `init` |
 //! | 340 | u32 | exe_len | P | |
 //! | 344 | `[u8; 256]` | exe | P | executable path (UTF-8, truncated) |
+//! | 600 | u64 | query_offset | P | the live-query mailbox area ([`crate::mailbox`]); 0 = none |
+//! | 608 | u64 | query_capacity | P | its bytes |
 //!
 //! Timestamps in records are raw clock values; convert with
 //! `unix_ns = clock_unix_base_ns + ((raw - clock_tsc_base) * clock_mult) >> 32` for
@@ -108,6 +111,17 @@
 //! producer's control thread swaps each non-zero byte back to 0, applies it (a plain disable
 //! leaves an always-on tracepoint on and counts `ctl_protected`; unknown values count
 //! `ctl_rejected`), updates `state[]`, stores `ctl_ack = ctl_seq` and wakes `ctl_ack`.
+//!
+//! # Live-query mailbox
+//!
+//! At `query_offset` (absent — 0 — in segments written before it existed, so the layout version
+//! did not change), `query_capacity` bytes: one request at a time from the agent to the
+//! process's control thread (install a plan, detach it, collect its partial). Words (`A` =
+//! atomic): 0 u32 A `req_seq` (C), 4 u32 A `resp_seq` (P, futex word), 8 u32 `req_len` (C), 12
+//! u32 `resp_len` (P), 16 u32 `resp_status` (P, 0 done / 1 refused); the request bytes from 64,
+//! the answer's from 65536. The consumer writes the request, bumps `req_seq`, then bumps and
+//! wakes `ctl_seq`; the producer answers and stores `resp_seq = req_seq`. Protocol and request
+//! formats: [`crate::mailbox`].
 //!
 //! # Rings
 //!
@@ -234,6 +248,10 @@ pub const OFF_SERVICE: usize = 212;
 pub const SERVICE_MAX: usize = 128;
 pub const OFF_EXE_LEN: usize = 340;
 pub const OFF_EXE: usize = 344;
+/// Offset of the live-query mailbox area (0 in segments written before it existed).
+pub const OFF_QUERY_OFFSET: usize = 600;
+/// Bytes of the live-query mailbox area.
+pub const OFF_QUERY_CAPACITY: usize = 608;
 /// Bytes reserved for the executable path.
 pub const EXE_MAX: usize = 256;
 

@@ -42,7 +42,9 @@
 //! * Live queries ([`query`]): a plan installed on a tracepoint filters, groups and aggregates
 //!   its events in-process into bounded per-thread tables; [`agg`] holds the mergeable
 //!   aggregate states every level of a query shares (counts, sums, extremes, averages, log2 and
-//!   linear histograms, a quantile sketch) and their compact serialized form.
+//!   linear histograms, a quantile sketch) and their compact serialized form. An agent installs,
+//!   removes and collects them through the segment's [`mailbox`], answered by the process's
+//!   control thread.
 //! * Feature `tracing`: [`tracing_layer::WeftLayer`] records `tracing` spans and events.
 
 pub mod agg;
@@ -51,6 +53,7 @@ pub mod clock;
 pub mod consumer;
 pub mod context;
 pub mod layout;
+pub mod mailbox;
 mod mem;
 pub mod query;
 pub mod registry;

@@ -115,6 +115,8 @@ pub(crate) struct Segment {
     pub(crate) tp_capacity: usize,
     pub(crate) state_offset: usize,
     pub(crate) control_offset: usize,
+    /// The live-query mailbox ([`crate::mailbox`]).
+    query_offset: usize,
     registry_offset: usize,
     registry_capacity: usize,
     /// Producer-side registry writer position (bytes used).
@@ -192,7 +194,8 @@ impl Segment {
         let registry_offset = HEADER_SIZE;
         let state_offset = registry_offset + registry_capacity;
         let control_offset = state_offset + pad8(tp_capacity);
-        let rings_offset = (control_offset + pad8(tp_capacity)).next_multiple_of(4096);
+        let query_offset = (control_offset + pad8(tp_capacity)).next_multiple_of(4096);
+        let rings_offset = query_offset + crate::mailbox::AREA_SIZE;
         let ring_stride = RING_HEADER_SIZE + ring_capacity;
         let total = rings_offset + ring_count * ring_stride;
 
@@ -220,6 +223,7 @@ impl Segment {
             tp_capacity,
             state_offset,
             control_offset,
+            query_offset,
             registry_offset,
             registry_capacity,
             registry_used: Mutex::new(0),
@@ -251,6 +255,8 @@ impl Segment {
             (OFF_RINGS_OFFSET, self.rings_offset as u64),
             (OFF_RING_STRIDE, self.ring_stride as u64),
             (OFF_RING_CAPACITY, self.ring_capacity as u64),
+            (OFF_QUERY_OFFSET, self.query_offset as u64),
+            (OFF_QUERY_CAPACITY, crate::mailbox::AREA_SIZE as u64),
         ] {
             let _ = m.write(off, &v.to_ne_bytes());
         }
@@ -436,8 +442,8 @@ impl Segment {
     }
 }
 
-/// The control thread: applies control requests (woken through the `ctl_seq` futex), refreshes
-/// the heartbeat and refines the TSC calibration.
+/// The control thread: applies control requests (woken through the `ctl_seq` futex), answers
+/// the live-query mailbox ([`crate::mailbox`]), refreshes the heartbeat and refines the TSC calibration.
 fn control_loop(seg: &'static Segment) {
     let (Some(seq), Some(ack), Some(hb)) =
         (seg.map.u32_at(OFF_CTL_SEQ), seg.map.u32_at(OFF_CTL_ACK), seg.map.u64_at(OFF_HEARTBEAT))
@@ -457,6 +463,8 @@ fn control_loop(seg: &'static Segment) {
             ack.store(s, Ordering::Release);
             futex_wake(ack);
         }
+        crate::mailbox::serve(&seg.map, seg.query_offset, crate::mailbox::AREA_SIZE);
+        crate::mailbox::expire();
         hb.store(clock::realtime_ns(), Ordering::Relaxed);
         let up = start.elapsed();
         match next_refine {

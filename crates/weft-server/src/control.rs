@@ -1,5 +1,5 @@
-//! The control API: switch tracepoints in instrumented processes through their agents, and the
-//! agents' congestion reports.
+//! The control API: switch tracepoints in instrumented processes through their agents, run
+//! live queries through them ([`crate::live`]), and the agents' congestion reports.
 //!
 //! | route | auth | what |
 //! |---|---|---|
@@ -11,6 +11,7 @@
 //! | `GET /api/control/captures/{id}` | bearer | a capture with its outcome per agent |
 //! | `GET /api/control/agents` | bearer | agents seen, with their last report |
 //! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
+//! | `/api/control/queries…`, `POST /api/control/live` | bearer | live queries: see [`crate::live`] |
 //! | `POST /api/agents/report` | bearer token | an agent's [`AgentReport`]: per-process ring occupancy and drops, its spool; shown on `/metrics` |
 //!
 //! The token comes from `weft serve --control-token` (or `WEFT_CONTROL_TOKEN`); without one the
@@ -122,6 +123,8 @@ pub struct ControlHub {
     notify: tokio::sync::Notify,
     /// Counters (rendered on `/metrics`).
     pub counters: ControlCounters,
+    /// Live queries ([`crate::live`]).
+    pub live: crate::live::LiveHub,
 }
 
 impl ControlHub {
@@ -132,6 +135,7 @@ impl ControlHub {
             hub: Mutex::new(Hub { next_id: 1, ..Hub::default() }),
             notify: tokio::sync::Notify::new(),
             counters: ControlCounters::default(),
+            live: crate::live::LiveHub::default(),
         }
     }
 
@@ -144,7 +148,7 @@ impl ControlHub {
         self.hub.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(want) = &self.token else {
             return Err(ApiError::not_found(
                 "the control API is disabled: start weft serve with --control-token (or WEFT_CONTROL_TOKEN)",
@@ -165,6 +169,32 @@ impl ControlHub {
                 })
             }
         }
+    }
+
+    /// [`ControlHub::check`], then the `wait` parameter ([`parse_wait`]).
+    pub(crate) fn check_wait(
+        &self,
+        headers: &HeaderMap,
+        wait: Option<&str>,
+    ) -> Result<Option<Duration>, ApiError> {
+        self.check(headers)?;
+        wait.map(parse_wait).transpose()
+    }
+
+    /// [`ControlHub::check_wait`], then the body (at most `limit` bytes; a bad one is counted
+    /// as malformed).
+    pub(crate) async fn request(
+        &self,
+        headers: &HeaderMap,
+        wait: Option<&str>,
+        body: Body,
+        limit: usize,
+    ) -> Result<(Option<Duration>, bytes::Bytes), ApiError> {
+        let wait = self.check_wait(headers, wait)?;
+        let bytes = read_body(body, limit).await.inspect_err(|_| {
+            self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+        })?;
+        Ok((wait, bytes))
     }
 
     fn seen(hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
@@ -189,8 +219,7 @@ impl ControlHub {
 
     /// A submission's token and `?wait=` parameter.
     fn admit(&self, headers: &HeaderMap, q: &WaitParam) -> Result<Option<Duration>, ApiError> {
-        self.check(headers)?;
-        q.wait.as_deref().map(parse_wait).transpose()
+        self.check_wait(headers, q.wait.as_deref())
     }
 
     /// Waits up to `w` until `done` holds (checked at every change of the hub).
@@ -316,6 +345,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/control/agents", get(list_agents))
         .route("/api/control/poll", post(poll))
         .route("/api/agents/report", post(report))
+        .merge(crate::live::routes())
 }
 
 async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
@@ -333,7 +363,7 @@ async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     })
 }
 
-fn json<T: Serialize>(status: StatusCode, v: &T) -> Response {
+pub(crate) fn json<T: Serialize>(status: StatusCode, v: &T) -> Response {
     let mut r = json_bytes(serde_json::to_vec(v).unwrap_or_default());
     *r.status_mut() = status;
     r
@@ -403,16 +433,9 @@ async fn submit(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    let wait = match c.admit(&headers, &q) {
-        Ok(w) => w,
+    let (wait, bytes) = match c.request(&headers, q.wait.as_deref(), body, MAX_MESSAGE_BYTES).await {
+        Ok(r) => r,
         Err(e) => return e.into_response(),
-    };
-    let bytes = match read_body(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) => b,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return e.into_response();
-        }
     };
     let cmd = match ProbeCommand::parse(&bytes) {
         Ok(c) => c,
@@ -671,11 +694,8 @@ async fn get_capture(State(st): State<AppState>, headers: HeaderMap, Path(id): P
 
 async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let c = &st.control;
-    if let Err(e) = c.check(&headers) {
-        return e.into_response();
-    }
-    let bytes = match read_body(body, 16 << 20).await {
-        Ok(b) => b,
+    let bytes = match c.request(&headers, None, body, 16 << 20).await {
+        Ok((_, b)) => b,
         Err(e) => return e.into_response(),
     };
     let req: PollRequest = match serde_json::from_slice(&bytes) {

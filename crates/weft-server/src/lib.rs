@@ -22,6 +22,7 @@ mod conn;
 pub mod control;
 pub mod ingest;
 pub mod jaeger;
+pub mod live;
 pub mod metrics;
 pub mod otlp;
 pub mod params;
@@ -145,6 +146,8 @@ sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
 metrics:  GET /metrics (Prometheus text)\n\
 control:  POST /api/control/probes (bearer token; {\"op\":\"enable\",\"selector\":\"group:io\"}) | GET /api/control/probes/{id} |\n\
           GET /api/control/agents | POST /api/control/poll (agents) | POST /api/agents/report (agents)\n\
+live:     POST /api/control/queries (bearer token; body: a live query) | GET /api/control/queries/{id}/results |\n\
+          DELETE /api/control/queries/{id} | POST /api/control/live (agents)\n\
 status:   GET /api/status\n\
 ui:       GET / (the web UI); GET /api/ui/services | search | trace/{id} | span/{trace}/{span} |\n\
           dependencies | compare?a=&b= | breakdown?traces=&by=&wire=&rules=\n";

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod exist;
 pub mod explore;
 pub mod import;
+pub mod live;
 pub mod loadgen;
 pub mod pipeline;
 pub mod probes;

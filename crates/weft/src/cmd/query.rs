@@ -1,6 +1,6 @@
 //! `weft query`: SQL over weft's tables — against a running `weft serve` (`--url`, the
 //! default) or a data directory directly (`--data-dir`, read-only: safe next to a running
-//! server).
+//! server) — and live queries over live sources (`FROM tp('…')`, see [`super::live`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -49,6 +49,23 @@ pub struct Args {
     /// Print the tables' documented schema and exit.
     #[arg(long)]
     pub schema: bool,
+    /// A live query (implied when FROM names tp(…), tracepoint(…), uprobe(…) or uretprobe(…)):
+    /// deployed through the collector's agents, a table refreshed every window until Ctrl-C.
+    #[arg(long)]
+    pub live: bool,
+    /// The collector of a live query (its control API; default: --url). For `EXPLAIN`, without
+    /// it the plan is made against this machine's traced processes.
+    #[arg(long)]
+    pub collector: Option<String>,
+    /// The collector's control token (live queries).
+    #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
+    pub control_token: Option<String>,
+    /// Read the control token from the first line of this file instead.
+    #[arg(long, value_name = "FILE")]
+    pub control_token_file: Option<PathBuf>,
+    /// Stop a live query after this long (e.g. 30s); default: Ctrl-C or the query's DURATION.
+    #[arg(long, value_parser = weft_cli::units::parse_duration)]
+    pub duration: Option<std::time::Duration>,
 }
 
 /// Runs `weft query`.
@@ -63,6 +80,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(s) => s.to_owned(),
         None => bail!("give an SQL statement, e.g. weft query \"SELECT count(*) FROM spans\" (or --schema)"),
     };
+    if args.live || super::live::names_live_source(&sql) {
+        let token =
+            weft_cli::control_token(args.control_token.as_deref(), args.control_token_file.as_deref())?;
+        let collector = args.collector.clone();
+        let explicit_url =
+            collector.or_else(|| (args.url != "http://127.0.0.1:16686").then(|| args.url.clone()));
+        let live = super::live::LiveArgs {
+            sql: &sql,
+            collector: explicit_url.as_deref(),
+            token,
+            duration: args.duration,
+        };
+        return super::live::run(live, &mut out);
+    }
     match &args.data_dir {
         Some(dir) => local(dir, &sql, args.format, args.max_rows, &mut out),
         None => remote(&args.url, &sql, args.format, args.max_rows, &mut out),

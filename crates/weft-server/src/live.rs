@@ -1,0 +1,632 @@
+//! Live queries at the cluster level: the collector plans a query (weft-query, typed against
+//! the tracepoints its agents report), deploys it to every agent, merges the agents' partials
+//! per window and serves the results.
+//!
+//! | route | auth | what |
+//! |---|---|---|
+//! | `POST /api/control/queries[?wait=2s]` | bearer | body: the query text. 201 with its id and plan; `EXPLAIN …` answers the plan only (200); an invalid query gets 400 with `line`, `column` and `reason`. With `wait`, answers once every live agent runs (or refused) it |
+//! | `GET /api/control/queries` | bearer | the queries, running and ended, and the agents in the exchange |
+//! | `GET /api/control/queries/{id}/results[?windows=N]` | bearer | closed windows (rows, contributing and missing agents), the total over them, per-agent totals, agents' state (running, late, dead), failures, late partials, bytes received |
+//! | `DELETE /api/control/queries/{id}[?wait=2s]` | bearer | remove: agents detach it from every process (their tables are freed); its results stay readable |
+//! | `POST /api/control/live` | bearer | agents: deliver partials, learn which queries to run ([`LiveSync`] → [`LiveAnswer`]); held until the set changes |
+//!
+//! A window `[start, start + interval)` closes `interval + grace` after its start (grace: half
+//! the interval, at least 1 s); a partial arriving later is counted as late and not merged. An
+//! agent expected in a window (it reported the query running) and absent from it is listed as
+//! missing; an agent silent for longer than its long poll plus [`DEAD_AFTER`] is dead. Nothing
+//! waits for either. Bounded: [`MAX_QUERIES`] queries (the oldest ended ones go first),
+//! [`MAX_WINDOWS`] closed and [`MAX_OPEN_WINDOWS`] open windows each (a partial for a window
+//! that cannot have started yet is refused and counted), [`MAX_SCHEMAS`] tracepoint schemas,
+//! `control::MAX_AGENTS` agents (the stalest go first).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+use serde_json::{Value, json};
+use weft_control::live::{LiveAnswer, LiveFailure, LiveSync, QueryDeploy, WirePlan};
+use weft_probe::agg::{KeyValue, Output, Partial};
+use weft_query::merge::{Cell, rows};
+use weft_query::{ListCatalog, LivePlan};
+
+use crate::api::ApiError;
+use crate::control::json as json_answer;
+use crate::state::AppState;
+
+/// Queries kept (running and ended).
+pub const MAX_QUERIES: usize = 256;
+/// Closed windows kept per query.
+pub const MAX_WINDOWS: usize = 600;
+/// Tracepoint schemas kept.
+pub const MAX_SCHEMAS: usize = 16384;
+/// Windows open (collecting partials) per query at most.
+pub const MAX_OPEN_WINDOWS: usize = 64;
+/// Failures kept per query.
+const MAX_FAILURES: usize = 256;
+/// Longest query text.
+const MAX_QUERY_BYTES: usize = 64 << 10;
+/// Silence beyond an agent's long poll after which it is dead.
+pub const DEAD_AFTER: Duration = Duration::from_secs(10);
+
+struct LiveAgent {
+    last_seen: Instant,
+    wait: Duration,
+    running: BTreeSet<u64>,
+    failed: BTreeSet<u64>,
+}
+
+impl LiveAgent {
+    fn dead(&self) -> bool {
+        self.last_seen.elapsed() > self.wait + DEAD_AFTER
+    }
+}
+
+#[derive(Serialize, Clone)]
+struct AgentFailure {
+    agent: String,
+    #[serde(flatten)]
+    failure: LiveFailure,
+}
+
+struct OpenWindow {
+    parts: BTreeMap<String, Partial>,
+}
+
+struct Closed {
+    start: u64,
+    partial: Partial,
+    agents: Vec<String>,
+    missing: Vec<String>,
+}
+
+struct LiveQuery {
+    text: String,
+    plan: LivePlan,
+    deploy: QueryDeploy,
+    created: Instant,
+    interval_ns: u64,
+    grace_ns: u64,
+    ends: Option<Instant>,
+    removed: bool,
+    open: BTreeMap<u64, OpenWindow>,
+    closed: VecDeque<Closed>,
+    /// Start of the newest closed window (later partials for it or older ones are late).
+    closed_until: u64,
+    total: Partial,
+    by_agent: BTreeMap<String, Partial>,
+    /// Agent → ms from submission to its first report of running the query.
+    started: BTreeMap<String, u64>,
+    failures: VecDeque<AgentFailure>,
+    late: u64,
+    /// Partials for a window that cannot have started yet, or beyond [`MAX_OPEN_WINDOWS`].
+    refused: u64,
+    reports: u64,
+    /// Compact partial bytes received (what crossed the network, before base64 and JSON).
+    partial_bytes: u64,
+    merge_errors: u64,
+}
+
+impl LiveQuery {
+    fn active(&self) -> bool {
+        !self.removed && self.ends.is_none_or(|e| Instant::now() < e)
+    }
+
+    fn state(&self) -> &'static str {
+        if self.removed {
+            "removed"
+        } else if self.active() {
+            "running"
+        } else {
+            "finished"
+        }
+    }
+
+    /// Close every window whose grace ended.
+    fn close_due(&mut self, now_ns: u64, agents: &BTreeMap<String, LiveAgent>, id: u64) {
+        let due: Vec<u64> = self
+            .open
+            .keys()
+            .filter(|s| s.saturating_add(self.interval_ns + self.grace_ns) <= now_ns)
+            .copied()
+            .collect();
+        for start in due {
+            let Some(w) = self.open.remove(&start) else { continue };
+            let mut partial = Partial::default();
+            for (agent, p) in &w.parts {
+                if partial.merge(p).is_err() {
+                    self.merge_errors += 1;
+                    continue;
+                }
+                let _ = self.by_agent.entry(agent.clone()).or_default().merge(p);
+            }
+            if self.total.merge(&partial).is_err() {
+                self.merge_errors += 1;
+            }
+            let missing = self
+                .started
+                .keys()
+                .filter(|a| !w.parts.contains_key(*a))
+                .filter(|a| agents.get(*a).is_none_or(|x| !x.failed.contains(&id)))
+                .cloned()
+                .collect();
+            if self.closed.len() >= MAX_WINDOWS {
+                self.closed.pop_front();
+            }
+            self.closed_until = self.closed_until.max(start + 1);
+            self.closed.push_back(Closed { start, partial, agents: w.parts.into_keys().collect(), missing });
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    next_id: u64,
+    queries: BTreeMap<u64, LiveQuery>,
+    schemas: BTreeMap<String, String>,
+    agents: BTreeMap<String, LiveAgent>,
+}
+
+impl Inner {
+    fn close_all(&mut self) {
+        let now = weft_probe::clock::realtime_ns();
+        let Inner { queries, agents, .. } = self;
+        for (id, q) in queries.iter_mut() {
+            q.close_due(now, agents, *id);
+        }
+    }
+
+    fn wanted(&self) -> Vec<&QueryDeploy> {
+        self.queries.values().filter(|q| q.active()).map(|q| &q.deploy).collect()
+    }
+}
+
+/// The collector's live queries (held by [`crate::control::ControlHub`]).
+pub struct LiveHub {
+    inner: Mutex<Inner>,
+    notify: tokio::sync::Notify,
+}
+
+impl Default for LiveHub {
+    fn default() -> Self {
+        LiveHub {
+            inner: Mutex::new(Inner { next_id: 1, ..Inner::default() }),
+            notify: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+impl LiveHub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Routes (merged by [`crate::control::routes`]).
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/control/queries", post(submit).get(list))
+        .route("/api/control/queries/{id}", axum::routing::delete(remove))
+        .route("/api/control/queries/{id}/results", get(results))
+        .route("/api/control/live", post(sync))
+}
+
+#[derive(serde::Deserialize)]
+struct Params {
+    wait: Option<String>,
+    windows: Option<usize>,
+}
+
+fn query_id(id: &str) -> Result<u64, ApiError> {
+    id.parse().map_err(|_| ApiError::bad_request(format!("query id {id:?} is not a number")))
+}
+
+fn invalid(e: &weft_query::QueryError) -> Response {
+    let body = json!({
+        "error": {"httpCode": 400, "message": e.to_string()},
+        "line": e.line,
+        "column": e.column,
+        "reason": e.message,
+    });
+    json_answer(StatusCode::BAD_REQUEST, &body)
+}
+
+/// Wait (up to `wait`) until `done` holds, re-checking whenever the hub changes.
+async fn wait_until(hub: &LiveHub, wait: Option<Duration>, done: impl Fn(&Inner) -> bool) {
+    let Some(w) = wait else { return };
+    let deadline = tokio::time::Instant::now() + w;
+    loop {
+        let notified = hub.notify.notified();
+        if done(&hub.lock()) || tokio::time::Instant::now() >= deadline {
+            return;
+        }
+        let _ = tokio::time::timeout_at(deadline, notified).await;
+    }
+}
+
+async fn submit(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<Params>,
+    body: Body,
+) -> Response {
+    let c = &st.control;
+    let (wait, bytes) = match c.request(&headers, q.wait.as_deref(), body, MAX_QUERY_BYTES).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let Ok(text) = String::from_utf8(bytes.to_vec()) else {
+        return ApiError::bad_request("the query is not UTF-8 text").into_response();
+    };
+    let hub = &c.live;
+    let catalog = {
+        let inner = hub.lock();
+        inner
+            .schemas
+            .iter()
+            .fold(ListCatalog::new(), |cat, (n, f)| cat.probe(n, f))
+            .tracefs("/sys/kernel/tracing/events")
+    };
+    let plan = match weft_query::plan(&text, &catalog) {
+        Ok(p) => p,
+        Err(e) => return invalid(&e),
+    };
+    let explain = weft_query::explain(&plan);
+    if plan.explain {
+        return json_answer(StatusCode::OK, &json!({"explain": explain}));
+    }
+    let Some(probe) = plan.probe_plan() else {
+        let what = if plan.join.is_some() {
+            "happened-before joins are planned (EXPLAIN shows how) but their baggage is not carried at run time yet"
+        } else {
+            "kernel tracepoints and uprobes run in the eBPF probe level, which these agents do not have"
+        };
+        return ApiError::bad_request(format!("cannot run this query: {what}")).into_response();
+    };
+    let interval = plan.window.interval.or(plan.window.duration).unwrap_or(Duration::from_secs(1));
+    let interval_ns = interval.as_nanos().max(1_000_000) as u64;
+    let id = {
+        let mut inner = hub.lock();
+        if inner.queries.len() >= MAX_QUERIES {
+            let ended = inner.queries.iter().find(|(_, q)| !q.active()).map(|(k, _)| *k);
+            match ended {
+                Some(k) => {
+                    inner.queries.remove(&k);
+                }
+                None => {
+                    return ApiError {
+                        status: StatusCode::TOO_MANY_REQUESTS,
+                        message: format!("{MAX_QUERIES} live queries are running: remove one first"),
+                    }
+                    .into_response();
+                }
+            }
+        }
+        let id = inner.next_id;
+        inner.next_id += 1;
+        let deploy = QueryDeploy {
+            query: id,
+            plan: WirePlan::from(&probe),
+            interval_ms: (interval_ns / 1_000_000).max(1),
+            duration_ms: plan.window.duration.map(|d| d.as_millis() as u64),
+        };
+        let now = Instant::now();
+        inner.queries.insert(
+            id,
+            LiveQuery {
+                text: text.clone(),
+                ends: plan.window.duration.map(|d| now + d),
+                plan,
+                deploy,
+                created: now,
+                interval_ns,
+                grace_ns: (interval_ns / 2).max(1_000_000_000),
+                removed: false,
+                open: BTreeMap::new(),
+                closed: VecDeque::new(),
+                closed_until: 0,
+                total: Partial::default(),
+                by_agent: BTreeMap::new(),
+                started: BTreeMap::new(),
+                failures: VecDeque::new(),
+                late: 0,
+                refused: 0,
+                reports: 0,
+                partial_bytes: 0,
+                merge_errors: 0,
+            },
+        );
+        id
+    };
+    tracing::info!(id, query = %text, "live query deployed");
+    hub.notify.notify_waiters();
+    wait_until(hub, wait, |inner| {
+        inner.agents.values().filter(|a| !a.dead()).all(|a| a.running.contains(&id) || a.failed.contains(&id))
+    })
+    .await;
+    let inner = hub.lock();
+    let started: BTreeMap<String, u64> =
+        inner.queries.get(&id).map(|q| q.started.clone()).unwrap_or_default();
+    let agents: Vec<&String> = inner.agents.iter().filter(|(_, a)| !a.dead()).map(|(k, _)| k).collect();
+    json_answer(
+        StatusCode::CREATED,
+        &json!({"id": id, "explain": explain, "agents": agents, "started_ms": started}),
+    )
+}
+
+async fn list(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = st.control.check(&headers) {
+        return e.into_response();
+    }
+    let inner = st.control.live.lock();
+    let queries: Vec<Value> = inner
+        .queries
+        .iter()
+        .map(|(id, q)| {
+            json!({"id": id, "query": q.text, "state": q.state(), "interval_ms": q.deploy.interval_ms,
+                   "age_ms": q.created.elapsed().as_millis() as u64, "windows": q.closed.len()})
+        })
+        .collect();
+    let agents: Vec<Value> = inner
+        .agents
+        .iter()
+        .map(|(name, a)| {
+            json!({"agent": name, "dead": a.dead(), "running": a.running, "failed": a.failed,
+                   "last_seen_ms_ago": a.last_seen.elapsed().as_millis() as u64})
+        })
+        .collect();
+    json_answer(StatusCode::OK, &json!({"queries": queries, "agents": agents}))
+}
+
+async fn remove(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<Params>,
+) -> Response {
+    let c = &st.control;
+    let wait = match c.check_wait(&headers, q.wait.as_deref()) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let id = match query_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    match c.live.lock().queries.get_mut(&id) {
+        Some(q) => q.removed = true,
+        None => return ApiError::not_found(format!("no live query {id}")).into_response(),
+    }
+    tracing::info!(id, "live query removed");
+    c.live.notify.notify_waiters();
+    wait_until(&c.live, wait, |inner| inner.agents.values().all(|a| a.dead() || !a.running.contains(&id)))
+        .await;
+    let inner = c.live.lock();
+    let still: Vec<&String> =
+        inner.agents.iter().filter(|(_, a)| !a.dead() && a.running.contains(&id)).map(|(k, _)| k).collect();
+    json_answer(StatusCode::OK, &json!({"id": id, "removed": true, "still_running_on": still}))
+}
+
+fn key_json(k: &KeyValue) -> Value {
+    match k {
+        KeyValue::Int(v) => json!(v),
+        KeyValue::Uint(v) => json!(v),
+        KeyValue::Float(bits) => json!(f64::from_bits(*bits)),
+        KeyValue::Bool(b) => json!(b),
+        KeyValue::Str(s) => json!(String::from_utf8_lossy(s)),
+    }
+}
+
+fn output_json(o: &Output) -> Value {
+    match o {
+        Output::Null => Value::Null,
+        Output::Int(v) => match i64::try_from(*v) {
+            Ok(i) => json!(i),
+            Err(_) => json!(v.to_string()),
+        },
+        Output::Float(f) => json!(f),
+        Output::Buckets(b) => json!(b),
+    }
+}
+
+/// A partial's rows as JSON arrays (output columns in order, the plan's top-N applied).
+fn rows_json(plan: &LivePlan, p: &Partial) -> Vec<Vec<Value>> {
+    rows(plan, p)
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| match c {
+                    Cell::Key(k) => key_json(k),
+                    Cell::Value(o) => output_json(o),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn partial_json(plan: &LivePlan, p: &Partial) -> Value {
+    json!({"events": p.events, "drops": {"table_full": p.drops.table_full,
+           "type_mismatch": p.drops.type_mismatch, "busy": p.drops.busy}, "rows": rows_json(plan, p)})
+}
+
+async fn results(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(params): Query<Params>,
+) -> Response {
+    if let Err(e) = st.control.check(&headers) {
+        return e.into_response();
+    }
+    let id = match query_id(&id) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
+    };
+    let mut inner = st.control.live.lock();
+    inner.close_all();
+    let Some(q) = inner.queries.get(&id) else {
+        return ApiError::not_found(format!("no live query {id}")).into_response();
+    };
+    let n = params.windows.unwrap_or(10).min(MAX_WINDOWS);
+    let windows: Vec<Value> = q
+        .closed
+        .iter()
+        .rev()
+        .take(n)
+        .map(|w| {
+            json!({"start_ns": w.start, "agents": w.agents, "missing": w.missing,
+                   "result": partial_json(&q.plan, &w.partial)})
+        })
+        .collect();
+    let by_agent: BTreeMap<&String, Value> =
+        q.by_agent.iter().map(|(a, p)| (a, partial_json(&q.plan, p))).collect();
+    let agents: Vec<Value> = inner
+        .agents
+        .iter()
+        .filter(|(name, a)| {
+            q.started.contains_key(*name) || a.running.contains(&id) || a.failed.contains(&id)
+        })
+        .map(|(name, a)| {
+            let late = q.closed.back().is_some_and(|w| w.missing.contains(name));
+            let state = if a.dead() {
+                "dead"
+            } else if a.failed.contains(&id) {
+                "failed"
+            } else if late {
+                "late"
+            } else if a.running.contains(&id) {
+                "running"
+            } else {
+                "stopped"
+            };
+            json!({"agent": name, "state": state, "running": a.running.contains(&id),
+                   "last_seen_ms_ago": a.last_seen.elapsed().as_millis() as u64,
+                   "started_ms": q.started.get(name)})
+        })
+        .collect();
+    let body = json!({
+        "id": id,
+        "query": q.text,
+        "state": q.state(),
+        "interval_ms": q.deploy.interval_ms,
+        "columns": q.plan.outputs.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "windows": windows,
+        "windows_closed": q.closed.len(),
+        "windows_open": q.open.len(),
+        "total": partial_json(&q.plan, &q.total),
+        "by_agent": by_agent,
+        "agents": agents,
+        "failures": q.failures,
+        "late_partials": q.late,
+        "refused_partials": q.refused,
+        "reports": q.reports,
+        "partial_bytes": q.partial_bytes,
+        "merge_errors": q.merge_errors,
+    });
+    json_answer(StatusCode::OK, &body)
+}
+
+async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let c = &st.control;
+    let bytes = match c.request(&headers, None, body, 16 << 20).await {
+        Ok((_, b)) => b,
+        Err(e) => return e.into_response(),
+    };
+    let req: LiveSync = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => return ApiError::bad_request(format!("live exchange: {e}")).into_response(),
+    };
+    if req.agent.is_empty() || req.agent.len() > 256 {
+        return ApiError::bad_request("live exchange: field agent must be 1..=256 bytes").into_response();
+    }
+    let hub = &c.live;
+    let wait = Duration::from_millis(req.wait_ms.min(30_000));
+    let have: BTreeSet<u64> = req.running.iter().chain(&req.failed).copied().collect();
+    {
+        let mut inner = hub.lock();
+        inner.close_all();
+        let now_ns = weft_probe::clock::realtime_ns();
+        if let Some(list) = &req.tracepoints {
+            for (name, spec) in list {
+                if inner.schemas.len() < MAX_SCHEMAS || inner.schemas.contains_key(name) {
+                    inner.schemas.insert(name.clone(), spec.clone());
+                }
+            }
+        }
+        if !inner.agents.contains_key(&req.agent) && inner.agents.len() >= crate::control::MAX_AGENTS {
+            let stalest = inner.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
+            if let Some(k) = stalest {
+                inner.agents.remove(&k);
+            }
+        }
+        inner.agents.insert(
+            req.agent.clone(),
+            LiveAgent {
+                last_seen: Instant::now(),
+                wait,
+                running: req.running.iter().copied().collect(),
+                failed: req.failed.iter().copied().collect(),
+            },
+        );
+        for r in &req.reports {
+            let Some(q) = inner.queries.get_mut(&r.query) else { continue };
+            q.reports += 1;
+            let partial = match r.partial() {
+                Ok(p) => p,
+                Err(e) => {
+                    q.merge_errors += 1;
+                    tracing::warn!(agent = %req.agent, error = %e, "unreadable partial");
+                    continue;
+                }
+            };
+            q.partial_bytes += partial.encode().len() as u64;
+            let start = r.window_start_ns;
+            if start < q.closed_until || start.saturating_add(q.interval_ns + q.grace_ns) <= now_ns {
+                q.late += 1;
+                continue;
+            }
+            if start > now_ns.saturating_add(q.interval_ns)
+                || (!q.open.contains_key(&start) && q.open.len() >= MAX_OPEN_WINDOWS)
+            {
+                // a window that cannot have started yet, or more open ones than clocks explain
+                q.refused += 1;
+                continue;
+            }
+            let w = q.open.entry(start).or_insert_with(|| OpenWindow { parts: BTreeMap::new() });
+            if w.parts.entry(r.agent.clone()).or_default().merge(&partial).is_err() {
+                q.merge_errors += 1;
+            }
+        }
+        for f in &req.failures {
+            if let Some(q) = inner.queries.get_mut(&f.query) {
+                if q.failures.len() >= MAX_FAILURES {
+                    q.failures.pop_front();
+                }
+                q.failures.push_back(AgentFailure { agent: req.agent.clone(), failure: f.clone() });
+            }
+        }
+        for id in &req.running {
+            if let Some(q) = inner.queries.get_mut(id) {
+                let ms = q.created.elapsed().as_millis() as u64;
+                q.started.entry(req.agent.clone()).or_insert(ms);
+            }
+        }
+    }
+    hub.notify.notify_waiters();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let notified = hub.notify.notified();
+        let wanted: Vec<QueryDeploy> = hub.lock().wanted().into_iter().cloned().collect();
+        let ids: BTreeSet<u64> = wanted.iter().map(|q| q.query).collect();
+        if ids != have || tokio::time::Instant::now() >= deadline {
+            return json_answer(StatusCode::OK, &LiveAnswer { queries: wanted });
+        }
+        let _ = tokio::time::timeout_at(deadline, notified).await;
+    }
+}
