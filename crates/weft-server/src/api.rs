@@ -4,6 +4,7 @@ use std::future::Future;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use weft_analyze::dependencies::{DependencyLink, DependencyLinker};
 use weft_model::{Span, TraceId};
 use weft_store::StoreError;
 
@@ -100,4 +101,17 @@ pub async fn trace(state: &AppState, api: Api, id: TraceId) -> Result<Vec<Span>,
 pub async fn sql_strings(state: &AppState, api: Api, sql: &str) -> Result<Vec<String>, ApiError> {
     let r = with_timeout(state, api, state.store.sql(sql, 100_000)).await?;
     Ok(weft_store::render::first_column_strings(&r.batches))
+}
+
+/// Service dependency links of the traces with spans starting in `[from_ns, to_ns]`.
+pub async fn dependency_links(
+    state: &AppState,
+    api: Api,
+    from_ns: u64,
+    to_ns: u64,
+) -> Result<Vec<DependencyLink>, ApiError> {
+    let mut linker = DependencyLinker::new();
+    let fut = state.store.for_each_trace_in_window(from_ns, to_ns, |t| linker.put_trace(t));
+    with_timeout(state, api, fut).await?;
+    Ok(linker.links())
 }

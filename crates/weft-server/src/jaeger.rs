@@ -38,7 +38,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v3/traces/{trace_id}", get(get_trace))
 }
 
-fn jaeger_kind(k: weft_model::SpanKind) -> &'static str {
+pub(crate) fn jaeger_kind(k: weft_model::SpanKind) -> &'static str {
     match k {
         weft_model::SpanKind::Unspecified => "",
         other => other.as_str(),

@@ -7,7 +7,7 @@
 //! | OTLP/gRPC `127.0.0.1:4317` | `opentelemetry.proto.collector.trace.v1.TraceService/Export` ([`otlp`]) |
 //! | OTLP/HTTP `127.0.0.1:4318` | `POST /v1/traces` ([`otlp`]) and nothing else |
 //! | Zipkin `127.0.0.1:9411` | `POST /api/v2/spans` ([`zipkin`]) and nothing else |
-//! | query `127.0.0.1:16686` | Zipkin v2 read API ([`zipkin`]), Jaeger api_v3 ([`jaeger`]), `POST /api/sql` ([`sql`]), `GET /metrics`, the control API ([`control`]), UI ([`ui`]) |
+//! | query `127.0.0.1:16686` | Zipkin v2 read API ([`zipkin`]), Jaeger api_v3 ([`jaeger`]), the Jaeger query service's HTTP JSON API ([`jaeger_query`]), `POST /api/sql` ([`sql`]), `GET /metrics`, the control API ([`control`]), UI ([`ui`]) |
 //!
 //! Each listener serves only its own routes (like Jaeger's collector and query ports): an
 //! ingest port bound to a public address exposes ingest, not SQL, the UI or the control API.
@@ -22,6 +22,7 @@ mod conn;
 pub mod control;
 pub mod ingest;
 pub mod jaeger;
+pub mod jaeger_query;
 pub mod live;
 pub mod metrics;
 pub mod otlp;
@@ -67,6 +68,7 @@ pub fn query_router(state: AppState) -> Router {
     Router::new()
         .merge(zipkin::routes())
         .merge(jaeger::routes())
+        .merge(jaeger_query::routes())
         .merge(sql::routes())
         .merge(ui::routes())
         .merge(control::routes())
@@ -141,6 +143,9 @@ ingest:   on their own listeners: POST /v1/traces (OTLP/HTTP protobuf or JSON), 
 zipkin:   GET /api/v2/services | spans?serviceName= | remoteServices?serviceName= | traces?... |\n\
           trace/{id} | traceMany?traceIds= | dependencies?endTs=&lookback= | autocompleteKeys | autocompleteValues?key=\n\
 jaeger:   GET /api/v3/services | operations?service= | traces?query.serviceName=... | traces/{trace_id}\n\
+          GET /api/services | services/{service}/operations | operations?service=&spanKind= |\n\
+          traces?service=&operation=&tags=&start=&end=&minDuration=&maxDuration=&limit= | traces?traceID= |\n\
+          traces/{traceID} | dependencies?endTs=&lookback= (Jaeger UI / Grafana JSON)\n\
 sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
           tables: spans, span_events, span_links, events\n\
 metrics:  GET /metrics (Prometheus text)\n\

@@ -45,7 +45,7 @@ pub enum Api {
     Sql,
     /// Zipkin v2 read API.
     Zipkin,
-    /// Jaeger api_v3.
+    /// Jaeger api_v3 and the Jaeger query service's HTTP JSON API.
     Jaeger,
     /// Anything added later (UI, control).
     Other,

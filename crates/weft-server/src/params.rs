@@ -95,8 +95,8 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Parses an RFC 3339 timestamp (`2024-05-01T12:00:00.123456789Z`, offsets allowed) into ns
-/// since the epoch.
+/// Parses an RFC 3339 timestamp (`2024-05-01T12:00:00.123456789Z`, offsets allowed; a space
+/// before the offset is read as `+`) into ns since the epoch.
 pub fn rfc3339(name: &str, v: &str) -> Result<u64, ParamError> {
     let err =
         |why: &str| ParamError(format!("malformed parameter {name}: {v:?} is not an RFC 3339 time ({why})"));
@@ -145,11 +145,13 @@ pub fn rfc3339(name: &str, v: &str) -> Result<u64, ParamError> {
     }
     let offset_s: i64 = match s.get(i) {
         Some(b'Z') | Some(b'z') if i + 1 == s.len() => 0,
-        Some(&c) if (c == b'+' || c == b'-') && s.len() == i + 6 && s[i + 3] == b':' => {
+        // A space stands for `+`: a client that puts the time in a query string unencoded (as
+        // Grafana's Jaeger data source does) has its `+` decoded to a space.
+        Some(&c) if matches!(c, b'+' | b'-' | b' ') && s.len() == i + 6 && s[i + 3] == b':' => {
             let oh = num(i + 1, i + 3)?;
             let om = num(i + 4, i + 6)?;
             let o = oh * 3600 + om * 60;
-            if c == b'+' { o } else { -o }
+            if c == b'-' { -o } else { o }
         }
         _ => return Err(err("expected Z or ±HH:MM")),
     };

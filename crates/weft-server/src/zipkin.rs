@@ -24,7 +24,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use weft_analyze::dependencies::DependencyLinker;
 use weft_model::codec::{Rejected, zipkin};
 use weft_model::{Span, TraceId};
 use weft_store::TraceQuery;
@@ -266,10 +265,8 @@ async fn dependencies(State(state): State<AppState>, Query(p): Query<Params>) ->
     let lookback_ms = opt_u64(&p, "lookback")?.unwrap_or(86_400_000);
     let from = end_ms.saturating_sub(lookback_ms).saturating_mul(1_000_000);
     let to = end_ms.saturating_mul(1_000_000).saturating_add(999_999);
-    let mut linker = DependencyLinker::new();
-    let fut = state.store.for_each_trace_in_window(from, to, |t| linker.put_trace(t));
-    crate::api::with_timeout(&state, Api::Zipkin, fut).await?;
-    Ok(json_bytes(serde_json::to_vec(&linker.links()).unwrap_or_default()))
+    let links = crate::api::dependency_links(&state, Api::Zipkin, from, to).await?;
+    Ok(json_bytes(serde_json::to_vec(&links).unwrap_or_default()))
 }
 
 async fn autocomplete_keys(State(state): State<AppState>) -> Response {

@@ -1,20 +1,23 @@
-//! Jaeger JSON: the document Jaeger's query API v1 returns (`GET /api/traces/{id}`) and
-//! Jaeger UI's "upload JSON" opens: `{"data":[{"traceID", "spans":[...], "processes":{...}}]}`.
+//! Jaeger JSON: the document Jaeger's query API v1 returns (`GET /api/traces/{id}`, the
+//! query service's "UI JSON") and Jaeger UI's "upload JSON" opens:
+//! `{"data":[{"traceID", "spans":[...], "processes":{"p1":...}, "warnings"}], "total", "limit",
+//! "offset", "errors"}`. [`encode_traces`] writes the `data` array alone, for servers that wrap
+//! it in their own response.
 //!
 //! # Mapping
 //!
 //! | Jaeger | weft | notes |
 //! |---|---|---|
-//! | `traceID`, `spanID` (hex) | ids | written as 32 / 16 hex digits |
+//! | `traceID`, `spanID` (hex) | ids | written as Jaeger writes them: a trace id as 16 hex digits when its high 64 bits are zero, else 32; span ids as 16 ([`trace_id_string`]); read from 1 to 32 digits |
 //! | `references` `CHILD_OF` (first) | `parent_span_id` | the parent is written as the first `CHILD_OF` reference |
 //! | other `references` | [`Span::links`] | `FOLLOWS_FROM` ↔ [`LinkRelation::FollowsFrom`], `CHILD_OF` ↔ `ChildOf`; `Unspecified` and `CausedBy` are written as `FOLLOWS_FROM` (loss: "link relations written as FOLLOWS_FROM"); link attributes and trace states are not carried |
-//! | `operationName`, `startTime`/`duration` (µs), `flags` | name, times, flags | ns truncated to µs (loss counted) |
-//! | `tags` (typed: string, bool, int64, float64, binary) | attributes, same types | arrays and maps are written as JSON text (loss: "non-scalar attributes stringified") |
+//! | `operationName`, `startTime`/`duration` (µs), `flags` | name, times, flags | ns truncated to µs (loss counted); `flags` left out when 0 |
+//! | `tags` (typed: string, bool, int64, float64, binary) | attributes, same types | an `int64` beyond JavaScript's safe integers (±(2⁵³−1)) is written as a decimal string, as Jaeger does; arrays and maps are written as JSON text (loss: "non-scalar attributes stringified") |
 //! | tag `span.kind` | [`SpanKind`] | |
 //! | tags `error`, `otel.status_code`, `otel.status_description` | [`Status`] | |
 //! | tags `otel.scope.name`, `otel.scope.version` | [`Span::scope`] | scope attributes are not carried |
 //! | tag `w3c.tracestate` | `trace_state` | |
-//! | `logs[]` (`timestamp`, `fields`; field `event` = name) | [`Span::events`] | |
+//! | `logs[]` (`timestamp`, `fields`; field `event` = name) | [`Span::events`] | a log of an event without a name has no `event` field |
 //! | `processes[processID]` (`serviceName`, `tags`) | [`Span::resource`] | `service.name` ↔ `serviceName` |
 //! | — | dropped counts, schema URLs | not carried |
 
@@ -41,6 +44,8 @@ use crate::value::{Attributes, KeyValue, Value};
 pub(crate) const FORMAT: &str = "Jaeger JSON";
 const EXPECTED: &str = "a Jaeger JSON document ('{' with \"data\")";
 const TRACE_STATE_TAG: &str = "w3c.tracestate";
+/// The largest integer a JavaScript number holds exactly.
+const JS_MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 /// Loss: Jaeger knows only CHILD_OF and FOLLOWS_FROM.
 pub const LOST_RELATION: &str = "link relations written as FOLLOWS_FROM";
@@ -82,24 +87,53 @@ pub fn encode_json_with(spans: &[Span], losses: &mut Losses) -> Vec<u8> {
             })
             .push(s);
     }
+    let traces = order.iter().map(|t| by_trace.remove(t).unwrap_or_default());
     let mut out = Vec::with_capacity(spans.len() * 600);
-    out.extend_from_slice(b"{\"data\":[");
-    for (i, t) in order.iter().enumerate() {
+    out.extend_from_slice(b"{\"data\":");
+    write_traces(traces, &mut out, losses);
+    out.extend_from_slice(b",\"total\":0,\"limit\":0,\"offset\":0,\"errors\":null}");
+    out
+}
+
+/// Encodes traces (each the spans of one trace) as the JSON array of Jaeger trace objects
+/// (the `data` of a query-service answer), spans of each trace by start time. What Jaeger
+/// cannot carry is dropped as in [`encode_json_with`].
+pub fn encode_traces(traces: &[Vec<Span>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(traces.iter().map(|t| t.len() * 600).sum::<usize>() + 2);
+    write_traces(traces.iter().map(|t| t.iter().collect()), &mut out, &mut Losses::default());
+    out
+}
+
+/// A trace id as Jaeger writes it: 16 hex digits when the high 64 bits are zero, else 32.
+pub fn trace_id_string(t: &TraceId) -> String {
+    let mut out = Vec::with_capacity(34);
+    write_trace_id(&mut out, t);
+    String::from_utf8_lossy(&out[1..out.len() - 1]).into_owned()
+}
+
+fn write_trace_id(out: &mut Vec<u8>, t: &TraceId) {
+    match t.0.split_at(8) {
+        ([0, 0, 0, 0, 0, 0, 0, 0], low) => w::hex_into(out, low),
+        _ => w::trace_id(out, t),
+    }
+}
+
+fn write_traces<'a>(traces: impl Iterator<Item = Vec<&'a Span>>, out: &mut Vec<u8>, losses: &mut Losses) {
+    out.push(b'[');
+    for (i, mut trace) in traces.filter(|t| !t.is_empty()).enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        let mut trace = by_trace.remove(t).unwrap_or_default();
         trace.sort_by_key(|s| s.start_ns);
-        write_trace(&trace, &mut out, losses);
+        write_trace(&trace, out, losses);
     }
-    out.extend_from_slice(b"],\"total\":0,\"limit\":0,\"offset\":0,\"errors\":null}");
-    out
+    out.push(b']');
 }
 
 fn write_trace(spans: &[&Span], out: &mut Vec<u8>, losses: &mut Losses) {
     let mut processes: Vec<&Arc<Resource>> = Vec::new();
     out.extend_from_slice(b"{\"traceID\":");
-    w::trace_id(out, &spans[0].trace_id);
+    write_trace_id(out, &spans[0].trace_id);
     out.extend_from_slice(b",\"spans\":[");
     for (i, s) in spans.iter().enumerate() {
         if i > 0 {
@@ -145,7 +179,7 @@ fn write_span(s: &Span, pid: usize, out: &mut Vec<u8>, losses: &mut Losses) {
     }
     losses.add(LOST_SCOPE_ATTRS, s.scope.attributes.len() as u64);
     out.extend_from_slice(b"{\"traceID\":");
-    w::trace_id(out, &s.trace_id);
+    write_trace_id(out, &s.trace_id);
     out.extend_from_slice(b",\"spanID\":");
     w::span_id(out, &s.span_id);
     out.extend_from_slice(b",\"operationName\":");
@@ -160,7 +194,7 @@ fn write_span(s: &Span, pid: usize, out: &mut Vec<u8>, losses: &mut Losses) {
         out.extend_from_slice(b"{\"refType\":");
         w::str(out, kind);
         out.extend_from_slice(b",\"traceID\":");
-        w::trace_id(out, t);
+        write_trace_id(out, t);
         out.extend_from_slice(b",\"spanID\":");
         w::span_id(out, id);
         out.push(b'}');
@@ -180,8 +214,11 @@ fn write_span(s: &Span, pid: usize, out: &mut Vec<u8>, losses: &mut Losses) {
         losses.add(LOST_LINK_ATTRS, l.attributes.len() as u64);
         reference(out, kind, &l.trace_id, &l.span_id);
     }
-    out.extend_from_slice(b"],\"flags\":");
-    w::u64(out, s.flags as u64);
+    out.push(b']');
+    if s.flags != 0 {
+        out.extend_from_slice(b",\"flags\":");
+        w::u64(out, s.flags as u64);
+    }
     out.extend_from_slice(b",\"startTime\":");
     w::u64(out, s.start_ns / 1000);
     out.extend_from_slice(b",\"duration\":");
@@ -229,9 +266,16 @@ fn write_span(s: &Span, pid: usize, out: &mut Vec<u8>, losses: &mut Losses) {
         out.extend_from_slice(b"{\"timestamp\":");
         w::u64(out, e.time_ns / 1000);
         out.extend_from_slice(b",\"fields\":[");
-        write_tag(out, "event", &Value::Str(e.name.clone()), losses);
-        for kv in e.attributes.iter() {
-            out.push(b',');
+        // A log without a name has no `event` field (as Jaeger writes OpenTelemetry events),
+        // unless an attribute named `event` would otherwise be read back as the name.
+        let named = !e.name.is_empty() || e.attributes.iter().any(|kv| kv.key == "event");
+        if named {
+            write_tag(out, "event", &Value::Str(e.name.clone()), losses);
+        }
+        for (j, kv) in e.attributes.iter().enumerate() {
+            if named || j > 0 {
+                out.push(b',');
+            }
             write_tag(out, &kv.key, &kv.value, losses);
         }
         out.extend_from_slice(b"]}");
@@ -262,7 +306,12 @@ fn write_tag(out: &mut Vec<u8>, key: &str, v: &Value, losses: &mut Losses) {
         }
         Value::I64(i) => {
             out.extend_from_slice(b",\"type\":\"int64\",\"value\":");
-            w::i64(out, *i);
+            // JavaScript reads numbers as doubles: beyond ±(2^53 − 1) Jaeger writes a string.
+            if i.unsigned_abs() > JS_MAX_SAFE_INTEGER {
+                w::str(out, &i.to_string());
+            } else {
+                w::i64(out, *i);
+            }
         }
         Value::F64(f) => {
             out.extend_from_slice(b",\"type\":\"float64\",\"value\":");

@@ -85,7 +85,7 @@ pub(crate) fn bool(out: &mut Vec<u8>, v: bool) {
     out.extend_from_slice(if v { b"true" } else { b"false" });
 }
 
-fn hex_into(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn hex_into(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
     for b in bytes {
         out.push(HEX[(b >> 4) as usize]);

@@ -111,3 +111,50 @@ fn streaming_writer_groups_traces() {
     assert_eq!(traces.len(), n, "each trace appears once");
     assert_eq!(jaeger::decode_json(&out).unwrap().len(), 300);
 }
+
+#[test]
+fn ids_integers_flags_and_unnamed_logs_are_written_as_jaeger_writes_them() {
+    use weft_model::{SpanEvent, SpanId, TraceId};
+    let mut attrs = Attributes::new();
+    attrs.push("small", Value::I64(-(1 << 53) + 1));
+    attrs.push("big", Value::I64(1 << 53));
+    let mut xy = Attributes::new();
+    xy.push("x", "y");
+    let span = |trace: u128| Span {
+        trace_id: TraceId::from_u128(trace),
+        span_id: SpanId([0, 0, 0, 0, 0, 0, 0, 2]),
+        start_ns: 1_000_000,
+        end_ns: 2_000_000,
+        attributes: attrs.clone(),
+        events: vec![SpanEvent {
+            time_ns: 1_000_000,
+            name: "".into(),
+            attributes: xy.clone(),
+            dropped_attributes_count: 0,
+        }],
+        ..Span::with_context(Arc::new(Resource::service("s")), Arc::new(Scope::default()))
+    };
+    let spans = vec![span(1), span(1 << 64)];
+    let text = jaeger::encode_json(&spans);
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    // A trace id whose high half is zero has 16 digits, else 32; span ids always 16.
+    assert_eq!(v["data"][0]["traceID"], "0000000000000001");
+    assert_eq!(v["data"][1]["traceID"], "00000000000000010000000000000000");
+    assert_eq!(jaeger::trace_id_string(&TraceId::from_u128(1)), "0000000000000001");
+    let s = &v["data"][0]["spans"][0];
+    assert_eq!(s["spanID"], "0000000000000002");
+    // Integers beyond JavaScript's safe range are strings; flags 0 are left out.
+    assert_eq!(s["tags"][0]["value"], serde_json::json!(-(1i64 << 53) + 1));
+    assert_eq!(s["tags"][1]["value"], "9007199254740992");
+    assert!(s.get("flags").is_none(), "{s}");
+    // A log without a name has no `event` field.
+    assert_eq!(s["logs"][0]["fields"], serde_json::json!([{"key": "x", "type": "string", "value": "y"}]));
+    // All of it reads back.
+    assert_eq!(ordered(&jaeger::decode_json(&text).unwrap()), ordered(&spans));
+    // `encode_traces` is the `data` array alone.
+    let data = jaeger::encode_traces(&[spans[..1].to_vec()]);
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&data).unwrap(),
+        serde_json::json!([v["data"][0]])
+    );
+}

@@ -3,6 +3,7 @@
 
 mod control;
 mod ingest;
+mod jaeger_query;
 mod listeners;
 mod params;
 mod reads;
