@@ -163,42 +163,36 @@ fn explore_forest(dir: &Path, server: &Server, otlp_url: &str) -> [String; 3] {
     std::fs::write(dir.join("token"), TOKEN).expect("token file");
     post(otlp_url, &replay, 10_000);
     let p = |n: &str| dir.join(n).display().to_string();
-    crate::common::run_ok(&[
-        "explore",
-        "run",
-        "--replay",
-        &p("replay.pb"),
-        "--learn",
-        &p("learn.otlp.json"),
-        "--state",
-        &p("state"),
-        "--traces-per-epoch",
-        "100",
-        "--max-epochs",
-        "30",
-        "--publish",
-        &server.url,
-        "--control-token-file",
-        &p("token"),
-    ]);
+    // A replay run publishing to the server: state directory, epochs, token file.
+    let run = |state: &str, epochs: &str, token: &str| -> Vec<String> {
+        let (replay, learn, state, token) = (p("replay.pb"), p("learn.otlp.json"), p(state), p(token));
+        [
+            "explore",
+            "run",
+            "--replay",
+            &replay,
+            "--learn",
+            &learn,
+            "--state",
+            &state,
+            "--traces-per-epoch",
+            "100",
+            "--max-epochs",
+            epochs,
+            "--publish",
+            &server.url,
+            "--control-token-file",
+            &token,
+        ]
+        .map(String::from)
+        .into()
+    };
+    let args = run("state", "30", "token");
+    crate::common::run_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     // A wrong token: the run ends, then fails saying the forest was not published.
     std::fs::write(dir.join("wrong-token"), "nope").expect("token file");
-    let e = crate::common::run_err(&[
-        "explore",
-        "run",
-        "--replay",
-        &p("replay.pb"),
-        "--learn",
-        &p("learn.otlp.json"),
-        "--state",
-        &p("state-wrong"),
-        "--max-epochs",
-        "1",
-        "--publish",
-        &server.url,
-        "--control-token-file",
-        &p("wrong-token"),
-    ]);
+    let args = run("state-wrong", "1", "wrong-token");
+    let e = crate::common::run_err(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(
         e.contains("the forest could not be published") && e.contains("refused the control token"),
         "{e}"
