@@ -5,8 +5,9 @@ import * as trace from './trace.js';
 import * as compare from './compare.js';
 import * as deps from './deps.js';
 import * as sql from './sql.js';
+import * as explore from './explore.js';
 
-const VIEWS = { search, trace, compare, deps, sql };
+const VIEWS = { search, trace, compare, deps, sql, explore };
 const view = document.getElementById('view');
 let current = null;
 

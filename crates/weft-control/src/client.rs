@@ -1,7 +1,9 @@
 //! The client of the collector's control API (`weft serve`): agents post their congestion
 //! reports (`POST /api/agents/report`), long-poll for commands (`POST /api/control/poll`,
-//! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`); tools submit probe commands (`POST /api/control/probes`) and read the agents'
-//! reports (`GET /api/control/agents`). Spans do not travel here: they go to the collector's
+//! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`); tools
+//! submit probe commands (`POST /api/control/probes`) and read the agents' reports
+//! (`GET /api/control/agents`); `weft explore` stores its hypothesis forest there
+//! (`PUT /api/control/explore/forest`). Spans do not travel here: they go to the collector's
 //! OTLP receiver.
 
 use std::time::Duration;
@@ -21,6 +23,9 @@ pub const LIVE_ROUTE: &str = "/api/control/live";
 pub const PROBES_ROUTE: &str = "/api/control/probes";
 /// Route of the agents seen, with their last reports (bearer token).
 pub const AGENTS_ROUTE: &str = "/api/control/agents";
+/// Route where `weft explore` stores its hypothesis forest at the collector (`PUT`, bearer
+/// token).
+pub const FOREST_ROUTE: &str = "/api/control/explore/forest";
 
 /// Largest poll, command or agents answer read, in bytes.
 const MAX_POLL_ANSWER: u64 = 16 << 20;
@@ -44,6 +49,8 @@ pub enum ClientError {
     Transport { route: &'static str, detail: String },
     #[error("unreadable answer from {route}: {detail}")]
     Answer { route: &'static str, detail: String },
+    #[error("{route} refused (HTTP {status}): {message}")]
+    Refused { route: &'static str, status: u16, message: String },
 }
 
 /// The collector's answer to a probe command: its results so far.
@@ -157,8 +164,48 @@ impl Collector {
         read_json(AGENTS_ROUTE, r)
     }
 
+    /// Store `weft explore`'s hypothesis forest (its JSON) at the collector, replacing the one
+    /// it had. A refusal carries the collector's message (a malformed forest names the field).
+    pub fn put_forest(&self, forest: &impl Serialize) -> Result<(), ClientError> {
+        let route = FOREST_ROUTE;
+        let mut r = self.request(true, route, "", Some(forest), REPORT_TIMEOUT * 6)?;
+        let status = r.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        if status == 401 || status == 403 {
+            return Err(ClientError::Unauthorized);
+        }
+        #[derive(Deserialize)]
+        struct Error {
+            message: String,
+        }
+        #[derive(Deserialize)]
+        struct Body {
+            error: Error,
+        }
+        let bytes = r.body_mut().with_config().limit(64 << 10).read_to_vec().unwrap_or_default();
+        let message = serde_json::from_slice::<Body>(&bytes)
+            .map(|b| b.error.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+        Err(ClientError::Refused { route, status, message })
+    }
+
     fn send(
         &self,
+        route: &'static str,
+        query: &str,
+        body: Option<&impl Serialize>,
+        timeout: Duration,
+    ) -> Result<ureq::http::Response<ureq::Body>, ClientError> {
+        check(route, self.request(false, route, query, body, timeout)?, true)
+    }
+
+    /// A request with the token, its status unchecked: POST (PUT when `put`) with a JSON body,
+    /// else GET.
+    fn request(
+        &self,
+        put: bool,
         route: &'static str,
         query: &str,
         body: Option<&impl Serialize>,
@@ -172,9 +219,8 @@ impl Collector {
             Some(b) => {
                 let bytes = serde_json::to_vec(b)
                     .map_err(|e| ClientError::Transport { route, detail: e.to_string() })?;
-                self.http
-                    .post(&url)
-                    .config()
+                let req = if put { self.http.put(&url) } else { self.http.post(&url) };
+                req.config()
                     .timeout_global(Some(timeout))
                     .build()
                     .header("Content-Type", "application/json")
@@ -192,7 +238,7 @@ impl Collector {
                 .call()
                 .map_err(transport)?,
         };
-        check(route, r, true)
+        Ok(r)
     }
 
     fn post(

@@ -9,7 +9,8 @@
 //!   EXIST's [`proto::CaptureCommand`] and [`proto::CaptureOutcome`], the poll exchange,
 //!   [`proto::AgentReport`].
 //! * [`client`]: [`client::Collector`], the HTTP client of the collector's control API
-//!   (congestion reports, the command long poll, probe commands, the agents' reports).
+//!   (congestion reports, the command long poll, probe commands, the agents' reports, `weft
+//!   explore`'s hypothesis forest).
 //! * [`live`]: live queries' messages — a probe-level plan to deploy
 //!   ([`live::QueryDeploy`]), an agent's partial result for a window
 //!   ([`live::PartialReport`]), and the agents' exchange carrying them ([`live::LiveSync`],

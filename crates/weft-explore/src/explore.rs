@@ -180,6 +180,8 @@ pub struct Explorer<'s> {
     forest: Forest,
     state: BTreeMap<String, TreeState>,
     state_dir: Option<PathBuf>,
+    publisher: Option<weft_control::client::Collector>,
+    publish_error: Option<String>,
 }
 
 impl<'s> Explorer<'s> {
@@ -216,13 +218,35 @@ impl<'s> Explorer<'s> {
                 )
             })
             .collect();
-        Ok(Explorer { space, options, types, forest, state, state_dir: None })
+        Ok(Explorer {
+            space,
+            options,
+            types,
+            forest,
+            state,
+            state_dir: None,
+            publisher: None,
+            publish_error: None,
+        })
     }
 
     /// Saves the forest to `dir` after every epoch.
     pub fn with_state_dir(mut self, dir: PathBuf) -> Self {
         self.state_dir = Some(dir);
         self
+    }
+
+    /// Publishes the forest to a collector (`PUT /api/control/explore/forest`, which keeps it
+    /// next to the traces and shows it in its UI) after every epoch. A refused publication does
+    /// not stop the loop: it is logged and kept ([`Explorer::publish_error`]).
+    pub fn with_publisher(mut self, collector: weft_control::client::Collector) -> Self {
+        self.publisher = Some(collector);
+        self
+    }
+
+    /// Why the last publication failed, if it did.
+    pub fn publish_error(&self) -> Option<&str> {
+        self.publish_error.as_deref()
     }
 
     /// The forest so far.
@@ -262,6 +286,12 @@ impl<'s> Explorer<'s> {
             self.forest.epochs = epoch;
             if let Some(dir) = &self.state_dir {
                 self.forest.save(dir)?;
+            }
+            if let Some(c) = &self.publisher {
+                self.publish_error = c.put_forest(&self.forest).err().map(|e| {
+                    tracing::warn!(epoch, error = %e, "publishing the forest to the collector failed");
+                    format!("{}: {e}", c.url(weft_control::client::FOREST_ROUTE))
+                });
             }
             if self.forest.trees.values().all(|t| t.done) {
                 break;

@@ -8,6 +8,10 @@
 //! without), each with its groups' statistics. A hypothesis hangs under the hypothesis that
 //! enabled one of its edge's ends (else under the root), so the tree reads as the search
 //! narrowing down. Old epochs live on only as these summaries: no trace is kept.
+//!
+//! The live loop also publishes the forest to the collector after every epoch
+//! ([`Explorer::with_publisher`](crate::explore::Explorer::with_publisher)), which keeps it
+//! next to the traces and shows it in its web UI; [`fetch`] reads it back from there.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -232,7 +236,92 @@ pub struct Forest {
 /// The forest file's name in the state directory.
 pub const FILE: &str = "forest.json";
 
+/// Largest forest accepted (JSON bytes): the collector's bound, and the loop's by construction
+/// ([`MAX_GROUPS_PER_NODE`], [`MAX_EDGES_PER_GROUP`], one tree per request type).
+pub const MAX_BYTES: usize = 16 << 20;
+
+/// The collector's route that answers `{"forest": Forest | null}` (the UI's).
+pub const READ_ROUTE: &str = "/api/ui/explore";
+
+/// A forest that is not valid: the JSON path of the field and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", if path.is_empty() { String::new() } else { format!("field {path}: ") })]
+pub struct Invalid {
+    /// The field (`trees.read.hypotheses[2].parent`), empty for the whole document.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
 impl Forest {
+    /// Parses and validates a forest's JSON ([`Forest::validate`]); errors name the field.
+    pub fn parse(bytes: &[u8]) -> Result<Forest, Invalid> {
+        if bytes.len() > MAX_BYTES {
+            return Err(Invalid {
+                path: String::new(),
+                message: format!("{} bytes, over the limit of {MAX_BYTES}", bytes.len()),
+            });
+        }
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let forest: Forest = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            Invalid {
+                path: if path == "." { String::new() } else { path },
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        de.end().map_err(|e| Invalid { path: String::new(), message: e.to_string() })?;
+        forest.validate()?;
+        Ok(forest)
+    }
+
+    /// What serde cannot check: each tree is filed under its request type, hypothesis ids are
+    /// unique and refine an earlier hypothesis of their tree, trace ids are hex.
+    pub fn validate(&self) -> Result<(), Invalid> {
+        let bad = |path: String, message: &str| Err(Invalid { path, message: message.to_owned() });
+        for (name, t) in &self.trees {
+            let at = format!("trees.{name}");
+            if t.request_type != *name {
+                return bad(format!("{at}.request_type"), "differs from the tree's key");
+            }
+            let mut ids = std::collections::BTreeSet::new();
+            for (i, h) in t.hypotheses.iter().enumerate() {
+                let at = format!("{at}.hypotheses[{i}]");
+                if h.parent.is_some_and(|p| !ids.contains(&p)) {
+                    return bad(format!("{at}.parent"), "names no earlier hypothesis of this tree");
+                }
+                if !ids.insert(h.id) {
+                    return bad(format!("{at}.id"), "repeats an earlier hypothesis's id");
+                }
+                if !is_trace_id(&h.group) {
+                    return bad(format!("{at}.group"), "not a trace id (1 to 32 hex digits)");
+                }
+            }
+            let nodes = t.root.iter().map(|n| (format!("{at}.root"), n)).chain(
+                t.hypotheses.iter().enumerate().flat_map(|(i, h)| {
+                    let p = format!("{at}.hypotheses[{i}]");
+                    [(format!("{p}.with"), &h.with), (format!("{p}.without"), &h.without)]
+                        .into_iter()
+                        .filter_map(|(p, n)| n.as_ref().map(|n| (p, n)))
+                }),
+            );
+            for (p, n) in nodes {
+                if let Some(j) = n.groups.iter().position(|g| !is_trace_id(&g.representative)) {
+                    return bad(
+                        format!("{p}.groups[{j}].representative"),
+                        "not a trace id (1 to 32 hex digits)",
+                    );
+                }
+            }
+            for (i, f) in t.findings.iter().enumerate() {
+                if !is_trace_id(&f.group) {
+                    return bad(format!("{at}.findings[{i}].group"), "not a trace id (1 to 32 hex digits)");
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `dir/forest.json` atomically (a temporary file renamed over it).
     pub fn save(&self, dir: &Path) -> Result<(), Error> {
         let io = |e: std::io::Error| Error::Io { path: dir.join(FILE).display().to_string(), source: e };
@@ -249,7 +338,7 @@ impl Forest {
         let path = dir.join(FILE);
         let text =
             std::fs::read(&path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
-        serde_json::from_slice(&text)
+        Forest::parse(&text)
             .map_err(|e| Error::Json { path: path.display().to_string(), message: e.to_string() })
     }
 
@@ -414,6 +503,49 @@ impl Forest {
             }
         }
         None
+    }
+}
+
+fn is_trace_id(s: &str) -> bool {
+    (1..=32).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The forest a collector keeps (published by a run to
+/// [`FOREST_ROUTE`](weft_control::client::FOREST_ROUTE)), read from its
+/// query listener at `base` (`http://host:16686`); `None` when it has none.
+pub fn fetch(base: &str) -> Result<Option<Forest>, Error> {
+    let url = format!("{}{READ_ROUTE}", base.trim_end_matches('/'));
+    let fail = |detail: String| Error::Collector { url: url.clone(), detail };
+    let http: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(std::time::Duration::from_secs(2)))
+        .timeout_global(Some(std::time::Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut r = http.get(&url).call().map_err(|e| fail(e.to_string()))?;
+    let status = r.status().as_u16();
+    let body = r
+        .body_mut()
+        .with_config()
+        .limit(MAX_BYTES as u64 + 1024)
+        .read_to_vec()
+        .map_err(|e| fail(e.to_string()))?;
+    if status != 200 {
+        return Err(fail(format!(
+            "HTTP {status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(300)])
+        )));
+    }
+    #[derive(Deserialize)]
+    struct Answer {
+        forest: Option<serde_json::Value>,
+    }
+    let a: Answer = serde_json::from_slice(&body).map_err(|e| fail(e.to_string()))?;
+    match a.forest {
+        None => Ok(None),
+        Some(v) => Forest::parse(&serde_json::to_vec(&v).map_err(|e| fail(e.to_string()))?)
+            .map(Some)
+            .map_err(|e| fail(e.to_string())),
     }
 }
 

@@ -16,8 +16,9 @@
 //!   only the enabled tracepoints showing, and [`backend::live::Live`], a running collector's
 //!   read API (traces), control API (switching, with what it enabled persisted and undone on
 //!   the next start after a crash) and agents' reports (congestion);
-//! * [`forest`]: the hypothesis forest, stored as JSON, rendered as text, and asked why a
-//!   tracepoint is on.
+//! * [`forest`]: the hypothesis forest, stored as JSON (in the state directory, and published
+//!   to the collector, which keeps it next to the traces and shows it in its UI), validated,
+//!   rendered as text, and asked why a tracepoint is on.
 
 pub mod backend;
 pub mod explore;
@@ -81,6 +82,14 @@ pub enum Error {
         path: String,
         /// The cause.
         source: std::io::Error,
+    },
+    /// A collector's answer about the forest.
+    #[error("{url}: {detail}")]
+    Collector {
+        /// The request.
+        url: String,
+        /// What went wrong.
+        detail: String,
     },
     /// The backend failed.
     #[error("backend: {0}")]

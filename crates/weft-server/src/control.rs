@@ -12,6 +12,7 @@
 //! | `GET /api/control/agents` | bearer | agents seen, with their last report |
 //! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
 //! | `/api/control/queries…`, `POST /api/control/live` | bearer | live queries: see [`crate::live`] |
+//! | `PUT /api/control/explore/forest` | bearer | `weft explore`'s hypothesis forest, kept in the data directory ([`crate::explore`]) |
 //! | `POST /api/agents/report` | bearer token | an agent's [`AgentReport`]: per-process ring occupancy and drops, its spool; shown on `/metrics` |
 //!
 //! The token comes from `weft serve --control-token` (or `WEFT_CONTROL_TOKEN`); without one the
@@ -148,6 +149,7 @@ impl ControlHub {
         self.hub.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The bearer token of a request: 404 when the control API is off, 401 when wrong.
     pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
         let Some(want) = &self.token else {
             return Err(ApiError::not_found(
@@ -348,7 +350,8 @@ pub fn routes() -> Router<AppState> {
         .merge(crate::live::routes())
 }
 
-async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+/// A request body of at most `limit` bytes (413 above).
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_big = e.to_string().contains("length limit")
             || std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("length limit"));

@@ -7,7 +7,7 @@
 //! | OTLP/gRPC `127.0.0.1:4317` | `opentelemetry.proto.collector.trace.v1.TraceService/Export` ([`otlp`]) |
 //! | OTLP/HTTP `127.0.0.1:4318` | `POST /v1/traces` ([`otlp`]) and nothing else |
 //! | Zipkin `127.0.0.1:9411` | `POST /api/v2/spans` ([`zipkin`]) and nothing else |
-//! | query `127.0.0.1:16686` | Zipkin v2 read API ([`zipkin`]), Jaeger api_v3 ([`jaeger`]), the Jaeger query service's HTTP JSON API ([`jaeger_query`]), `POST /api/sql` ([`sql`]), `GET /metrics`, the control API ([`control`]), UI ([`ui`]) |
+//! | query `127.0.0.1:16686` | Zipkin v2 read API ([`zipkin`]), Jaeger api_v3 ([`jaeger`]), the Jaeger query service's HTTP JSON API ([`jaeger_query`]), `POST /api/sql` ([`sql`]), `GET /metrics`, the control API ([`control`]), `weft explore`'s forest ([`explore`]), UI ([`ui`]) |
 //!
 //! Each listener serves only its own routes (like Jaeger's collector and query ports): an
 //! ingest port bound to a public address exposes ingest, not SQL, the UI or the control API.
@@ -20,6 +20,7 @@
 pub mod api;
 mod conn;
 pub mod control;
+pub mod explore;
 pub mod ingest;
 pub mod jaeger;
 pub mod jaeger_query;
@@ -72,6 +73,7 @@ pub fn query_router(state: AppState) -> Router {
         .merge(sql::routes())
         .merge(ui::routes())
         .merge(control::routes())
+        .merge(explore::routes())
         .route("/metrics", get(metrics_text))
         .route("/api", get(index))
         .route("/api/status", get(status))
@@ -150,12 +152,13 @@ sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
           tables: spans, span_events, span_links, events\n\
 metrics:  GET /metrics (Prometheus text)\n\
 control:  POST /api/control/probes (bearer token; {\"op\":\"enable\",\"selector\":\"group:io\"}) | GET /api/control/probes/{id} |\n\
-          GET /api/control/agents | POST /api/control/poll (agents) | POST /api/agents/report (agents)\n\
+          GET /api/control/agents | POST /api/control/poll (agents) | POST /api/agents/report (agents) |\n\
+          PUT /api/control/explore/forest (weft explore's hypothesis forest, kept in the data directory)\n\
 live:     POST /api/control/queries (bearer token; body: a live query) | GET /api/control/queries/{id}/results |\n\
           DELETE /api/control/queries/{id} | POST /api/control/live (agents)\n\
 status:   GET /api/status\n\
 ui:       GET / (the web UI); GET /api/ui/services | search | trace/{id} | span/{trace}/{span} |\n\
-          dependencies | compare?a=&b= | breakdown?traces=&by=&wire=&rules=\n";
+          dependencies | compare?a=&b= | breakdown?traces=&by=&wire=&rules= | explore\n";
 
 async fn index() -> &'static str {
     INDEX

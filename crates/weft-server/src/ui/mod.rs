@@ -41,6 +41,7 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     asset!("deps.js", "text/javascript; charset=utf-8"),
     asset!("sql.js", "text/javascript; charset=utf-8"),
     asset!("breakdown.js", "text/javascript; charset=utf-8"),
+    asset!("explore.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Routes: the UI page, its assets, its JSON API.

@@ -2,6 +2,7 @@
 //! real HTTP (ureq) and gRPC (tonic) clients. One binary, so DataFusion links once.
 
 mod control;
+mod explore;
 mod ingest;
 mod jaeger_query;
 mod listeners;
@@ -27,7 +28,7 @@ pub struct TestServer {
     pub grpc: SocketAddr,
     pub store: Store,
     pub agent: ureq::Agent,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 pub fn loopback0() -> Option<SocketAddr> {
@@ -40,7 +41,15 @@ impl TestServer {
     }
 
     pub fn with(tweak: impl FnOnce(&mut StoreConfig, &mut ServerConfig)) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        Self::in_dir(tempfile::tempdir().unwrap(), tweak)
+    }
+
+    /// A server on the data directory `dir` (e.g. one a stopped server left, see
+    /// [`TestServer::stop`]).
+    pub fn in_dir(
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut StoreConfig, &mut ServerConfig),
+    ) -> TestServer {
         let mut sc = StoreConfig::new(dir.path());
         sc.fsync = FsyncPolicy::Never;
         sc.flush_interval = Duration::from_secs(3600);
@@ -71,7 +80,7 @@ impl TestServer {
             rt,
             store,
             agent,
-            _dir: dir,
+            dir: Some(dir),
         }
     }
 
@@ -88,6 +97,16 @@ impl TestServer {
             _ => self.http,
         };
         format!("http://{addr}{path}")
+    }
+
+    /// Shuts the server down and closes its store; returns the data directory.
+    pub fn stop(mut self) -> tempfile::TempDir {
+        if let Some(r) = self.running.take() {
+            self.rt.block_on(r.shutdown());
+        }
+        let dir = self.dir.take().unwrap();
+        drop(self);
+        dir
     }
 
     pub fn state(&self) -> &AppState {

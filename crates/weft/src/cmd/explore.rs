@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use weft_analyze::vaif::Config;
+use weft_control::client::Collector;
 use weft_explore::backend::live::{Live, LiveConfig};
 use weft_explore::backend::{Replay, read_traces};
 use weft_explore::explore::{Budget, Explorer, Options, Report};
-use weft_explore::forest::Forest;
+use weft_explore::forest::{self, Forest};
 use weft_explore::space::{Learner, SearchSpace};
 use weft_explore::strategy::Strategy;
 use weft_model::TraceId;
@@ -26,8 +27,8 @@ pub enum Action {
     /// Run the loop: live against a collector (`--collector`) or in replay over exhaustive
     /// traces (`--replay`).
     Run(Box<RunArgs>),
-    /// Print the hypothesis forest of the state directory.
-    Show(StateArgs),
+    /// Print the hypothesis forest (of the state directory, or the one a collector keeps).
+    Show(ForestArgs),
     /// Why each tracepoint of a trace is on.
     Why(WhyArgs),
 }
@@ -58,6 +59,31 @@ pub struct StateArgs {
     pub state: PathBuf,
 }
 
+/// Where the forest is: the state directory, or a collector.
+#[derive(clap::Args, Debug)]
+pub struct ForestArgs {
+    /// The explore state directory (holds forest.json).
+    #[arg(long, default_value = "weft-explore")]
+    pub state: PathBuf,
+    /// Read the forest a collector keeps (its query listener, e.g. http://127.0.0.1:16686),
+    /// published there by `weft explore run`, instead of the state directory's.
+    #[arg(long = "collector", value_name = "URL", conflicts_with = "state")]
+    pub from_collector: Option<String>,
+}
+
+impl ForestArgs {
+    fn forest(&self) -> anyhow::Result<Forest> {
+        match &self.from_collector {
+            Some(url) => forest::fetch(url)?.with_context(|| {
+                format!(
+                    "the collector at {url} keeps no forest: no `weft explore run` has published one there"
+                )
+            }),
+            None => Ok(Forest::load(&self.state)?),
+        }
+    }
+}
+
 /// `weft explore why`.
 #[derive(clap::Args, Debug)]
 pub struct WhyArgs {
@@ -67,7 +93,7 @@ pub struct WhyArgs {
     #[arg(long = "traces", value_name = "FILE")]
     pub traces: Vec<PathBuf>,
     #[command(flatten)]
-    pub state: StateArgs,
+    pub forest: ForestArgs,
 }
 
 /// `weft explore run`.
@@ -83,9 +109,14 @@ pub struct RunArgs {
     /// The collector's control API, when not at --collector.
     #[arg(long, value_name = "URL", requires = "collector")]
     pub control: Option<String>,
-    /// File holding the control token (else WEFT_CONTROL_TOKEN).
-    #[arg(long, value_name = "FILE", requires = "collector")]
+    /// File holding the control token (else WEFT_CONTROL_TOKEN); live runs and --publish.
+    #[arg(long, value_name = "FILE")]
     pub control_token_file: Option<PathBuf>,
+    /// Replay: publish the forest after every epoch to this collector (its query listener),
+    /// which keeps it next to the traces and shows it in its UI. Live runs publish to the
+    /// collector they run against.
+    #[arg(long, value_name = "URL", conflicts_with = "collector")]
+    pub publish: Option<String>,
     /// Live: a trace is read once it started this long ago (its spans must reach the store).
     #[arg(long, default_value = "2s", value_parser = weft_cli::units::parse_duration)]
     pub settle: Duration,
@@ -150,7 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Action::Learn(a) => learn(a),
         Action::Run(a) => run_loop(*a),
         Action::Show(a) => {
-            print!("{}", Forest::load(&a.state)?.render());
+            print!("{}", a.forest()?.render());
             Ok(())
         }
         Action::Why(a) => why(a),
@@ -206,10 +237,35 @@ fn run_loop(a: RunArgs) -> anyhow::Result<()> {
     }
     let options = options(&a);
     let mut explorer = Explorer::new(&space, options)?.with_state_dir(a.state.state.clone());
-    match &a.collector {
-        Some(url) => run_live(&a, url, &space, &mut explorer),
-        None => run_replay(&a, &space, &mut explorer),
+    if let Some(url) = a.publish.as_ref().or(a.control.as_ref()).or(a.collector.as_ref()) {
+        explorer = explorer.with_publisher(Collector::new(url, Some(control_token(&a)?)));
     }
+    match &a.collector {
+        Some(url) => run_live(&a, url, &space, &mut explorer)?,
+        None => run_replay(&a, &space, &mut explorer)?,
+    }
+    match explorer.publish_error() {
+        Some(e) => bail!("the forest could not be published: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// The control token: from --control-token-file, else WEFT_CONTROL_TOKEN.
+fn control_token(a: &RunArgs) -> anyhow::Result<String> {
+    let token = match &a.control_token_file {
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the control token from {}", f.display()))?
+            .trim()
+            .to_owned(),
+        None => std::env::var("WEFT_CONTROL_TOKEN").unwrap_or_default(),
+    };
+    if token.is_empty() {
+        bail!(
+            "a live run switches tracepoints, and --publish stores the forest, through the control API: \
+             give --control-token-file FILE"
+        );
+    }
+    Ok(token)
 }
 
 fn options(a: &RunArgs) -> Options {
@@ -230,16 +286,7 @@ fn options(a: &RunArgs) -> Options {
 }
 
 fn run_live(a: &RunArgs, url: &str, space: &SearchSpace, explorer: &mut Explorer<'_>) -> anyhow::Result<()> {
-    let token = match &a.control_token_file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read the control token from {}", f.display()))?
-            .trim()
-            .to_owned(),
-        None => std::env::var("WEFT_CONTROL_TOKEN").unwrap_or_default(),
-    };
-    if token.is_empty() {
-        bail!("a live run switches tracepoints through the control API: give --control-token-file FILE");
-    }
+    let token = control_token(a)?;
     let config = LiveConfig {
         reads: url.to_owned(),
         control: a.control.clone().unwrap_or_else(|| url.to_owned()),
@@ -316,7 +363,7 @@ fn run_replay(a: &RunArgs, space: &SearchSpace, explorer: &mut Explorer<'_>) -> 
 }
 
 fn why(a: WhyArgs) -> anyhow::Result<()> {
-    let forest = Forest::load(&a.state.state)?;
+    let forest = a.forest.forest()?;
     let id: TraceId = a.trace_id.parse().with_context(|| format!("{:?} is not a trace id", a.trace_id))?;
     let lines = if a.traces.is_empty() {
         let Some((rt, path)) = forest.representative(&id.to_string()) else {

@@ -3,8 +3,8 @@
 //! malformed inputs. Live: archipelago's tiers with its three injected problems, `weft agent`
 //! and `weft serve` — learn from an all-on period read back from the collector, a refused
 //! token, the loop with short epochs localizing each problem to its function (a quiet request
-//! type finds nothing), Ctrl-C, and a crashed run's leftovers cleaned up; the enabled set ends
-//! as it began.
+//! type finds nothing) and publishing its forest to the collector, Ctrl-C, and a crashed run's
+//! leftovers cleaned up; the enabled set ends as it began.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -265,6 +265,11 @@ fn live_loop_localizes_archipelagos_problems() {
     assert!(on * 10 <= tracepoints, "{on} of {tracepoints} tracepoints enabled: {report:#}");
     assert_eq!(enabled(&control), original, "the run disabled what it enabled and nothing else");
     assert!(!dir.path().join("state/enabled.json").exists());
+    // The run published its forest to the collector, which keeps it next to the traces.
+    let at_collector = run_ok(&["explore", "show", "--collector", &base]);
+    let local = run_ok(&["explore", "show", "--state", &p("state")]);
+    assert_eq!(String::from_utf8_lossy(&at_collector.stdout), String::from_utf8_lossy(&local.stdout));
+    assert!(data.path().join("explore/forest.json").is_file());
 
     // Ctrl-C in a second run.
     std::fs::remove_file(p("state/forest.json")).unwrap();

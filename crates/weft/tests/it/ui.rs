@@ -2,8 +2,9 @@
 //! traces, generated woven simulator requests (host → NIC → network → NIC → host, `caused_by`
 //! links across four traces), really woven traces (`weft weave` — the binary — on the synthetic
 //! SimBricks ping's logs, sent with its OTLP/HTTP sink) and one 100,000-span trace over
-//! OTLP/HTTP, then runs `ui_browser.mjs` in node with playwright-core driving Debian's headless
-//! Chromium. Screenshots go to `<target>/ui-screenshots/`; the large-trace timings are printed
+//! OTLP/HTTP, and `weft explore`'s hypothesis forest (a replay run over weft-synth's VAIF
+//! checkout traces, which are imported too, publishing to the server), then runs
+//! `ui_browser.mjs` in node with playwright-core driving Debian's headless Chromium. Screenshots go to `<target>/ui-screenshots/`; the large-trace timings are printed
 //! (not asserted).
 //!
 //! Peers (installed by `.ci/test`): `chromium` (.ci/apt-packages), `playwright-core`
@@ -34,15 +35,21 @@ impl Drop for Server {
     }
 }
 
+/// The control token `weft serve` runs with (the forest is published through the control API).
+const TOKEN: &str = "ui-test-token";
+
 fn start_server() -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
+    let token = dir.path().join("control-token");
+    std::fs::write(&token, TOKEN).expect("token file");
     let (http, otlp) = (weft_testkit::free_port(), weft_testkit::free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["serve", "--data-dir"])
         .arg(dir.path())
         .args(["--http", &format!("127.0.0.1:{http}")])
         .args(["--otlp-http", &format!("127.0.0.1:{otlp}")])
-        .args(["--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never"])
+        .args(["--otlp-grpc", "off", "--zipkin", "off", "--fsync", "never", "--control-token-file"])
+        .arg(&token)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -138,6 +145,82 @@ fn weave_ping(dir: &Path, otlp_url: &str, first_ns: u64) -> Vec<TraceId> {
     ping.sort();
     assert_eq!(ping.len() as u64, PING_ROUNDS, "one ping trace per round");
     ping.into_iter().map(|x| x.1).collect()
+}
+
+/// `weft explore`'s forest on the server: weft-synth's VAIF checkout traces (the exhaustive
+/// ones the explore CLI test replays) are imported, a replay run over them publishes its forest
+/// to the server (`--publish`), and `weft explore show --collector` reads it back. Returns the
+/// three problems' tracepoints (variance, slow, key).
+fn explore_forest(dir: &Path, server: &Server, otlp_url: &str) -> [String; 3] {
+    use weft_model::codec::stream::Format;
+    use weft_synth::vaif::{Generator, Shape};
+    let shape = Shape { depth: 3, fanout: 2 };
+    let problems = shape.problems();
+    let learn: Vec<Span> = Generator::new(shape, 1).take(200).flatten().collect();
+    let replay: Vec<Span> = Generator::new(shape, 2).take(1500).flatten().collect();
+    crate::common::write_spans(&dir.join("learn.otlp.json"), Format::OtlpJson, &learn);
+    crate::common::write_spans(&dir.join("replay.pb"), Format::OtlpProto, &replay);
+    std::fs::write(dir.join("token"), TOKEN).expect("token file");
+    post(otlp_url, &replay, 10_000);
+    let p = |n: &str| dir.join(n).display().to_string();
+    // A replay run publishing to the server: state directory, epochs, token file.
+    let run = |state: &str, epochs: &str, token: &str| -> Vec<String> {
+        let (replay, learn, state, token) = (p("replay.pb"), p("learn.otlp.json"), p(state), p(token));
+        [
+            "explore",
+            "run",
+            "--replay",
+            &replay,
+            "--learn",
+            &learn,
+            "--state",
+            &state,
+            "--traces-per-epoch",
+            "100",
+            "--max-epochs",
+            epochs,
+            "--publish",
+            &server.url,
+            "--control-token-file",
+            &token,
+        ]
+        .map(String::from)
+        .into()
+    };
+    let args = run("state", "30", "token");
+    crate::common::run_ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    // A wrong token: the run ends, then fails saying the forest was not published.
+    std::fs::write(dir.join("wrong-token"), "nope").expect("token file");
+    let args = run("state-wrong", "1", "wrong-token");
+    let e = crate::common::run_err(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        e.contains("the forest could not be published") && e.contains("refused the control token"),
+        "{e}"
+    );
+    let show = crate::common::run_ok(&["explore", "show", "--collector", &server.url]);
+    let show = String::from_utf8_lossy(&show.stdout);
+    let local = crate::common::run_ok(&["explore", "show", "--state", &p("state")]);
+    assert_eq!(show, String::from_utf8_lossy(&local.stdout), "the collector's forest is the run's");
+    for tp in [&problems.variance, &problems.slow, &problems.key] {
+        assert!(show.contains(&format!("enable {tp}")), "{tp} in {show}");
+    }
+    // Why, for the key finding's group representative, from the collector's forest.
+    let mut r = agent().get(&format!("{}/api/ui/explore", server.url)).call().expect("GET /api/ui/explore");
+    let v: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().expect("body")).expect("JSON");
+    let rep = v["forest"]["trees"]
+        .as_object()
+        .into_iter()
+        .flat_map(|t| t.values())
+        .flat_map(|t| t["findings"].as_array().into_iter().flatten())
+        .find(|f| f["principle"] == "key")
+        .and_then(|f| f["group"].as_str())
+        .expect("a key finding with its group")
+        .to_owned();
+    let why = crate::common::run_ok(&["explore", "why", &rep, "--collector", &server.url]);
+    let why = String::from_utf8_lossy(&why.stdout);
+    assert!(why.contains(&format!("{}: hypothesis #", problems.key)), "{why}");
+    [problems.variance, problems.slow, problems.key]
 }
 
 fn trace_of(spans: &[Span], pred: impl Fn(&Span) -> bool) -> TraceId {
@@ -248,6 +331,10 @@ fn web_ui_in_headless_chromium() {
     let big_id = big[0].trace_id;
     post(&otlp_url, &big, 10_000);
 
+    // The hypothesis forest of a replay run over imported traces.
+    let explore_dir = tempfile::tempdir().expect("explore dir");
+    let findings = explore_forest(explore_dir.path(), &server, &otlp_url);
+
     let shots = screenshots_dir();
     let profile = tempfile::tempdir().expect("profile dir");
     let cfg = serde_json::json!({
@@ -258,6 +345,7 @@ fn web_ui_in_headless_chromium() {
         "big": big_id.to_string(),
         "bigSpans": BIG_SPANS,
         "compare": compare,
+        "explore": findings,
         "ping": {
             "rounds": PING_ROUNDS,
             "trace": ping[1].to_string(),
@@ -311,5 +399,5 @@ fn web_ui_in_headless_chromium() {
         shots.display()
     );
     let passed = lines.iter().filter(|l| l.starts_with("ok ")).count();
-    assert!(passed >= 19, "only {passed} browser steps reported ok");
+    assert!(passed >= 20, "only {passed} browser steps reported ok");
 }

@@ -353,6 +353,35 @@ try {
   check(cmpChanged === changed, 'the changed filter shows only changed rows');
   ok(`compare (${cmpRows} paths, ${changed} changed)`);
 
+  // 9b. Explore: the hypothesis forest a replay run published; a node's groups; a representative.
+  step = 'explore';
+  await go('#/explore');
+  await page.waitForSelector('.ex-tree');
+  for (const tp of cfg.explore) {
+    check((await page.locator(`.ex-finding[data-tracepoint="${tp}"]`).count()) >= 1, `finding ${tp} listed`);
+    check((await page.locator(`.ex-hyp.finding[data-tracepoint="${tp}"]`).count()) >= 1, `the tree highlights the hypothesis enabling ${tp}`);
+  }
+  check((await page.locator('nav a.active[data-nav="explore"]').count()) === 1, 'Explore is the active nav entry');
+  // The + node of the hypothesis that enabled the variance problem's tracepoint.
+  const hyp = page.locator(`.ex-hyp.finding[data-tracepoint="${cfg.explore[0]}"]`).first();
+  await hyp.locator(':scope > .ex-pair .ex-node[data-node$="+"]').click();
+  await page.waitForSelector('.ex-detail .ex-group');
+  const groups = await page.locator('.ex-detail .ex-group').count();
+  const cvs = await page.$$eval('.ex-detail .ex-cv', (e) => e.map((x) => x.textContent));
+  check(groups >= 1 && cvs.some((c) => /^CV \d+(\.\d)? %$/.test(c)), `groups with CV: ${cvs}`);
+  const shares = await page.locator('.ex-detail .ex-edge .ex-bar span').count();
+  check(shares >= 1, 'edges with variance-share bars');
+  check(/node=\d+%2B|node=\d+\+/.test(page.url()), `the selected node is in the URL: ${page.url()}`);
+  await shot('19-explore');
+  const rep = page.locator('.ex-detail a.ex-rep').first();
+  const repId = (await rep.getAttribute('href')).split('/').pop();
+  await rep.click();
+  await traceReady(repId);
+  const repRows = await page.evaluate(() => window.__weftTraceView().rows);
+  check(repRows >= 3, `the representative trace opens (${repRows} rows)`);
+  await shot('20-explore-representative');
+  ok(`explore: ${cfg.explore.length} findings in the forest, ${groups} groups with CV, representative trace opens`);
+
   // 10. Dark theme.
   step = 'theme';
   await go(`#/trace/${w.client}`);
