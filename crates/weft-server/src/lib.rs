@@ -20,6 +20,7 @@
 pub mod api;
 mod conn;
 pub mod control;
+pub mod exist;
 pub mod ingest;
 pub mod jaeger;
 pub mod jaeger_query;
