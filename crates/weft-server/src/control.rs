@@ -400,9 +400,24 @@ impl ControlHub {
         true
     }
 
-    /// A submission's token and `?wait=` parameter.
-    fn admit(&self, headers: &HeaderMap, q: &WaitParam) -> Result<Option<Duration>, ApiError> {
-        self.check_wait(headers, q.wait.as_deref())
+    /// [`ControlHub::request`] with the body parsed by `parse` (a bad one counted as
+    /// malformed); the error answer otherwise.
+    async fn admit_body<T>(
+        &self,
+        headers: &HeaderMap,
+        q: &WaitParam,
+        body: Body,
+        parse: impl FnOnce(&[u8]) -> Result<T, ApiError>,
+    ) -> Result<(Option<Duration>, T), Response> {
+        let (wait, bytes) = self
+            .request(headers, q.wait.as_deref(), body, MAX_MESSAGE_BYTES)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let v = parse(&bytes).map_err(|e| {
+            self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            e.into_response()
+        })?;
+        Ok((wait, v))
     }
 
     /// Waits up to `w` until `done` holds (checked at every change of the hub).
@@ -617,16 +632,10 @@ async fn submit(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    let (wait, bytes) = match c.request(&headers, q.wait.as_deref(), body, MAX_MESSAGE_BYTES).await {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    let cmd = match ProbeCommand::parse(&bytes) {
-        Ok(c) => c,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return ApiError::bad_request(e.to_string()).into_response();
-        }
+    let parse = |b: &[u8]| ProbeCommand::parse(b).map_err(|e| ApiError::bad_request(e.to_string()));
+    let (wait, cmd) = match c.admit_body(&headers, &q, body, parse).await {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let id = {
         let mut hub = c.lock();
@@ -838,20 +847,10 @@ async fn submit_capture(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    let wait = match c.admit(&headers, &q) {
-        Ok(w) => w,
-        Err(e) => return e.into_response(),
-    };
-    let parsed = match read_body(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) => CaptureCommand::parse(&b).map_err(|e| ApiError::bad_request(e.to_string())),
-        Err(e) => Err(e),
-    };
-    let capture = match parsed {
-        Ok(cap) => cap,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return e.into_response();
-        }
+    let parse = |b: &[u8]| CaptureCommand::parse(b).map_err(|e| ApiError::bad_request(e.to_string()));
+    let (wait, capture) = match c.admit_body(&headers, &q, body, parse).await {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let id = c.lock().queue_capture(capture, "manual".into(), None);
     c.counters.commands.fetch_add(1, Ordering::Relaxed);
@@ -1009,28 +1008,20 @@ async fn exist_plan(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    let wait = match c.admit(&headers, &q) {
-        Ok(w) => w,
-        Err(e) => return e.into_response(),
-    };
-    let parsed = match read_body(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) if b.iter().all(u8::is_ascii_whitespace) => Ok(PlanRequest::default()),
-        Ok(b) => serde_json::from_slice::<PlanRequest>(&b)
-            .map_err(|e| ApiError::bad_request(format!("plan request: {e}"))),
-        Err(e) => Err(e),
-    };
-    let req = match parsed {
-        Ok(r) if r.functions.len() > 256 || r.functions.iter().any(|f| f.is_empty() || f.len() > 256) => {
-            Err(ApiError::bad_request("plan request: field functions: at most 256 globs of 1..=256 bytes"))
+    let parse = |b: &[u8]| {
+        let bad = |m: String| ApiError::bad_request(format!("plan request: {m}"));
+        if b.iter().all(u8::is_ascii_whitespace) {
+            return Ok(PlanRequest::default());
         }
-        other => other,
-    };
-    let req = match req {
-        Ok(r) => r,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return e.into_response();
+        let r: PlanRequest = serde_json::from_slice(b).map_err(|e| bad(e.to_string()))?;
+        if r.functions.len() > 256 || r.functions.iter().any(|f| f.is_empty() || f.len() > 256) {
+            return Err(bad("field functions: at most 256 globs of 1..=256 bytes".into()));
         }
+        Ok(r)
+    };
+    let (wait, req) = match c.admit_body(&headers, &q, body, parse).await {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let (round, seed, plan, ids) = {
         let mut hub = c.lock();
