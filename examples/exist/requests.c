@@ -1,6 +1,6 @@
 /* A small request-serving program whose function calls are known, for EXIST's capture tests.
  *
- *   requests OUT.jsonl [--seconds S] [--threads N] [--hot]
+ *   requests OUT.jsonl [--seconds S] [--threads N] [--hot] [--mix K]
  *
  * N worker threads (default 2) serve requests for S seconds (default 3). Each request is an
  * application span ("GET /item", service "requests") written as one OTLP/JSON line to OUT.jsonl
@@ -11,7 +11,11 @@
  *                     -> lookup(n) -> compute(n)
  *
  * then sleeps 1 ms, so workers leave and re-enter the CPUs. With --hot one more thread calls
- * hot_tick(i) in a tight loop, outside any request (to fill a capture's buffer).
+ * hot_tick(i) in a tight loop, outside any request (to fill a capture's buffer). With --mix K
+ * the request mix shifts over time instead: in each 250 ms phase of the wall clock a request
+ * is handle_request -> parse_request, OP -> compute with OP the phase's operation
+ * (get_item, put_item, scan_items, delete_item, in turn), replica K running K phases ahead —
+ * so replicas captured at the same moment see different parts of the mix (EXIST's merging).
  * Build: cc -O1 -o requests requests.c -lpthread
  */
 #define _GNU_SOURCE
@@ -44,7 +48,17 @@ static long spin(long n, int rounds) {
 __attribute__((noinline)) long compute(long n) { return spin(n, 20000); }
 __attribute__((noinline)) long lookup(long n) { return compute(n) + spin(n, 5000); }
 __attribute__((noinline)) long parse_request(long n) { return spin(n, 5000); }
-__attribute__((noinline)) long handle_request(long n) { return parse_request(n) + lookup(n); }
+__attribute__((noinline)) long get_item(long n) { return compute(n); }
+__attribute__((noinline)) long put_item(long n) { return compute(n) + 1; }
+__attribute__((noinline)) long scan_items(long n) { return compute(n) + 2; }
+__attribute__((noinline)) long delete_item(long n) { return compute(n) + 3; }
+static long mix = -1;
+static uint64_t now_ns(clockid_t c);
+__attribute__((noinline)) long handle_request(long n) {
+    if (mix < 0) return parse_request(n) + lookup(n);
+    long (*ops[4])(long) = {get_item, put_item, scan_items, delete_item};
+    return parse_request(n) + ops[(now_ns(CLOCK_REALTIME) / 250000000ull + (uint64_t)mix) % 4](n);
+}
 __attribute__((noinline)) long hot_tick(long i) { return i + 1; }
 
 static void write_span(long n, long tid, uint64_t start, uint64_t end) {
@@ -96,6 +110,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[a], "--seconds") && a + 1 < argc) seconds = atof(argv[++a]);
         else if (!strcmp(argv[a], "--threads") && a + 1 < argc) threads = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--hot")) with_hot = 1;
+        else if (!strcmp(argv[a], "--mix") && a + 1 < argc) mix = atol(argv[++a]);
     }
     if (threads < 1 || threads > 64) return 2;
     out = fopen(argv[1], "w");

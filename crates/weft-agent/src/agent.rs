@@ -243,9 +243,10 @@ impl Agent {
             };
             // Reports and commands both need the control token (a report registers the agent).
             if cfg.control_token.is_some() {
-                let (l2, m, s, every) = (link.clone(), metrics.clone(), stop.clone(), cfg.report_interval);
+                let (l2, m, s, every, dir) =
+                    (link.clone(), metrics.clone(), stop.clone(), cfg.report_interval, cfg.probe_dir.clone());
                 others.push(spawn("weft-agent-report", move || {
-                    crate::collector::run_reporter(l2, m, s, every)
+                    crate::collector::run_reporter(l2, m, s, every, dir)
                 }));
                 let node = crate::live::LiveNode::new(
                     &cfg.name,

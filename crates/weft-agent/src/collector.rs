@@ -28,11 +28,23 @@ fn sleep_unless(stop: &AtomicBool, d: Duration) {
     }
 }
 
-/// Push [`weft_control::proto::AgentReport`]s every `interval` until `stop`.
-pub fn run_reporter(link: Link, metrics: Arc<Metrics>, stop: Arc<AtomicBool>, interval: Duration) {
+/// Processes listed as capture targets in one report at most.
+pub const MAX_TARGETS: usize = 4096;
+
+/// Push [`weft_control::proto::AgentReport`]s every `interval` until `stop`, with the
+/// processes that declare `probe_dir` theirs as capture targets.
+pub fn run_reporter(
+    link: Link,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    interval: Duration,
+    probe_dir: std::path::PathBuf,
+) {
     let mut warned = false;
     while !stop.load(Ordering::Relaxed) {
-        match link.collector.report(&metrics.report(&link.agent, &link.host)) {
+        let mut report = metrics.report(&link.agent, &link.host);
+        report.targets = crate::capture::usage::declared_targets(&probe_dir, MAX_TARGETS);
+        match link.collector.report(&report) {
             Ok(()) => {
                 metrics.reports_sent.fetch_add(1, Ordering::Relaxed);
                 warned = false;

@@ -129,6 +129,7 @@ impl Metrics {
                 send_errors: g(&self.send_errors),
             },
             lttng: self.lttng(),
+            targets: Vec::new(),
         }
     }
 

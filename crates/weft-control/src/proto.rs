@@ -8,7 +8,8 @@
 //! * EXIST captures (`POST /api/control/captures`, bearer token): a [`CaptureCommand`]; agents
 //!   receive them in [`PollResponse::captures`] and return one [`CaptureOutcome`] each in
 //!   [`PollRequest::capture_results`].
-//! * Congestion reports (`POST /api/agents/report`): an [`AgentReport`].
+//! * Congestion reports (`POST /api/agents/report`): an [`AgentReport`], with the processes the
+//!   agent may capture ([`TargetReport`], the replicas EXIST's coverage optimizer plans over).
 //!
 //! Every message is bounded ([`MAX_MESSAGE_BYTES`]) and checked by [`ProbeCommand::validate`]
 //! before anything is switched: a malformed command is refused with a message naming the field.
@@ -352,6 +353,10 @@ pub struct CaptureOutcome {
     pub lost: u64,
     #[serde(default)]
     pub target_exited: bool,
+    /// Calls per function name over the capture's function spans (EXIST's function-occurrence
+    /// profile; the collector merges replicas' profiles and compares consecutive ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<(String, u64)>,
 }
 
 /// Agent → collector: results of executed commands, and a request for new ones.
@@ -459,6 +464,17 @@ pub struct LttngSessionReport {
     pub last_error: Option<String>,
 }
 
+/// A process an agent may capture (one replica of a service, for EXIST's coverage optimizer):
+/// a live process whose `WEFT_PROBE_DIR` names the agent's probe directory.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TargetReport {
+    pub pid: u32,
+    /// `WEFT_PROBE_SERVICE` of the process, else its comm.
+    pub service: String,
+    /// Size of its executable in bytes (0 when unreadable).
+    pub binary_bytes: u64,
+}
+
 /// Agent → collector, every few seconds.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct AgentReport {
@@ -471,6 +487,9 @@ pub struct AgentReport {
     /// The LTTng live sessions followed (`--lttng-live`); absent from older agents.
     #[serde(default)]
     pub lttng: Vec<LttngSessionReport>,
+    /// Processes this agent may capture (EXIST's replicas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetReport>,
 }
 
 #[cfg(test)]

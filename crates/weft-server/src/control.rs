@@ -9,6 +9,7 @@
 //! | `POST /api/control/captures[?wait=3s]` | bearer | queue an EXIST [`CaptureCommand`] (JSON) for the agents; with `wait`, answer once every targeted agent returned its [`CaptureOutcome`] (or the wait ended) |
 //! | `GET /api/control/captures` | bearer | recent captures |
 //! | `GET /api/control/captures/{id}` | bearer | a capture with its outcome per agent |
+//! | `POST /api/control/exist/plan[?wait=20s]` | bearer | ask EXIST's coverage optimizer ([`crate::exist`]) for a profiling round over the replicas the agents report, dispatch its captures; with `wait`, answer with their outcomes and each service's merged profile |
 //! | `GET /api/control/agents` | bearer | agents seen, with their last report |
 //! | `POST /api/control/poll` | bearer | agents: return results, long-poll for new commands ([`PollRequest`] → [`PollResponse`]) |
 //! | `/api/control/queries…`, `POST /api/control/live` | bearer | live queries: see [`crate::live`] |
@@ -20,6 +21,11 @@
 //! body is bounded ([`MAX_MESSAGE_BYTES`] for commands, 16 MiB for polls, 1 MiB for reports);
 //! a malformed command gets 400 naming the field. The collector keeps the last
 //! [`MAX_COMMANDS`] commands and [`MAX_AGENTS`] agents (the staler ones go first).
+//!
+//! Every capture is recorded with why it was dispatched (`reason`: `manual`, `profiling round
+//! N`, or the anomaly rule that fired and what it measured); the anomaly rules
+//! (`ServerConfig::exist`) watch the spans as they are ingested ([`ControlHub::observe_spans`])
+//! and dispatch a capture of every replica of their service.
 //!
 //! An agent's first poll (no `after`) only learns the current cursor: commands are for the
 //! processes running when they are issued, not replayed to agents that connect later.
@@ -44,7 +50,8 @@ use weft_control::proto::{
 use weft_probe::select::glob_match;
 
 use crate::api::{ApiError, json_bytes};
-use crate::state::AppState;
+use crate::exist::{self, Plan, Profile, Replica, RuleState, ServiceInput, Trigger};
+use crate::state::{AppState, ExistConfig};
 
 /// Commands kept.
 pub const MAX_COMMANDS: usize = 1024;
@@ -64,6 +71,11 @@ struct Entry {
 struct CaptureEntry {
     id: u64,
     capture: CaptureCommand,
+    /// Why it was dispatched.
+    reason: String,
+    /// The service and round of the optimizer that planned it.
+    service: Option<String>,
+    round: Option<u64>,
     created: SystemTime,
     targets: Vec<String>,
     results: BTreeMap<String, CaptureOutcome>,
@@ -82,6 +94,8 @@ struct Hub {
     commands: VecDeque<Entry>,
     captures: VecDeque<CaptureEntry>,
     agents: HashMap<String, AgentEntry>,
+    /// EXIST rounds planned (profiling and anomalies).
+    rounds: u64,
     /// Agents forgotten to make room past [`MAX_AGENTS`].
     agents_evicted: u64,
 }
@@ -99,6 +113,119 @@ impl Hub {
             .collect();
         t.sort();
         t
+    }
+
+    /// Queues a capture; its id.
+    fn queue_capture(
+        &mut self,
+        capture: CaptureCommand,
+        reason: String,
+        planned: Option<(&str, u64)>,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let targets = self.polling_agents(capture.agent.as_deref());
+        if self.captures.len() >= MAX_COMMANDS {
+            self.captures.pop_front();
+        }
+        tracing::info!(id, reason = %reason, "capture queued");
+        self.captures.push_back(CaptureEntry {
+            id,
+            capture,
+            reason,
+            service: planned.map(|p| p.0.to_owned()),
+            round: planned.map(|p| p.1),
+            created: SystemTime::now(),
+            targets,
+            results: BTreeMap::new(),
+        });
+        id
+    }
+
+    /// The merged profile of each round of `service`, oldest first (empty rounds left out).
+    fn round_profiles(&self, service: &str) -> Vec<Profile> {
+        let mut rounds: BTreeMap<u64, Profile> = BTreeMap::new();
+        for e in self.captures.iter().filter(|e| e.service.as_deref() == Some(service)) {
+            let Some(r) = e.round else { continue };
+            let p = rounds.entry(r).or_default();
+            for o in e.results.values() {
+                p.merge(&Profile::from_counts(&o.functions));
+            }
+        }
+        rounds.into_values().filter(|p| p.total() > 0).collect()
+    }
+
+    /// The optimizer's inputs: the services of the targets the live agents report.
+    fn exist_inputs(&self, cfg: &ExistConfig) -> Vec<ServiceInput> {
+        let mut by_service: BTreeMap<&str, Vec<Replica>> = BTreeMap::new();
+        for (name, a) in &self.agents {
+            if !a.polling || a.last_seen.elapsed() >= AGENT_STALE {
+                continue;
+            }
+            for t in a.report.iter().flat_map(|r| &r.targets) {
+                by_service.entry(&t.service).or_default().push(Replica {
+                    agent: name.clone(),
+                    pid: t.pid,
+                    binary_bytes: t.binary_bytes,
+                });
+            }
+        }
+        by_service
+            .into_iter()
+            .map(|(service, replicas)| {
+                let past = self.round_profiles(service);
+                let instability = match past.as_slice() {
+                    [.., a, b] => Some(b.change(a)),
+                    _ => None,
+                };
+                ServiceInput {
+                    service: service.to_owned(),
+                    replicas,
+                    priority: cfg.priorities.get(service).copied().unwrap_or(0.5),
+                    instability,
+                }
+            })
+            .collect()
+    }
+
+    /// Plans a round and queues its captures (one per replica, addressed to its agent by pid).
+    fn dispatch_round(
+        &mut self,
+        cfg: &ExistConfig,
+        trigger: &Trigger,
+        seed: u64,
+        functions: &[String],
+        why: &str,
+    ) -> (u64, Plan, Vec<u64>) {
+        let inputs = self.exist_inputs(cfg);
+        let plan = exist::plan(&inputs, &cfg.optimizer, trigger, seed);
+        self.rounds += 1;
+        let round = self.rounds;
+        let mut ids = Vec::new();
+        for p in &plan.captures {
+            for r in &p.replicas {
+                let capture = CaptureCommand {
+                    pid: Some(r.pid),
+                    service: None,
+                    cgroup: None,
+                    period_ms: p.period_ms,
+                    cores: None,
+                    budget_bytes: None,
+                    backend: None,
+                    functions: functions.to_vec(),
+                    module: None,
+                    force: false,
+                    agent: Some(r.agent.clone()),
+                };
+                let reason = format!(
+                    "{why} (round {round}, {} of {} replicas)",
+                    p.replicas.len(),
+                    inputs.iter().find(|i| i.service == p.service).map_or(0, |i| i.replicas.len())
+                );
+                ids.push(self.queue_capture(capture, reason, Some((&p.service, round))));
+            }
+        }
+        (round, plan, ids)
     }
 }
 
@@ -121,6 +248,8 @@ pub struct ControlCounters {
 pub struct ControlHub {
     token: Option<String>,
     hub: Mutex<Hub>,
+    exist: ExistConfig,
+    rules: Mutex<Vec<RuleState>>,
     notify: tokio::sync::Notify,
     /// Counters (rendered on `/metrics`).
     pub counters: ControlCounters,
@@ -131,13 +260,67 @@ pub struct ControlHub {
 impl ControlHub {
     /// A hub; `token = None` disables the control routes.
     pub fn new(token: Option<String>) -> ControlHub {
+        ControlHub::with_exist(token, ExistConfig::default())
+    }
+
+    /// A hub with EXIST's optimizer settings, priorities and anomaly rules.
+    pub fn with_exist(token: Option<String>, exist: ExistConfig) -> ControlHub {
         ControlHub {
             token: token.filter(|t| !t.is_empty()),
             hub: Mutex::new(Hub { next_id: 1, ..Hub::default() }),
+            rules: Mutex::new(exist.rules.iter().cloned().map(RuleState::new).collect()),
+            exist,
             notify: tokio::sync::Notify::new(),
             counters: ControlCounters::default(),
             live: crate::live::LiveHub::default(),
         }
+    }
+
+    /// Feeds the anomaly rules with ingested spans (the server spans of their services); a
+    /// rule that fires dispatches a capture of every replica of its service. Cheap without
+    /// rules.
+    pub fn observe_spans(&self, spans: &[weft_model::Span]) {
+        if self.exist.rules.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut fired = Vec::new();
+        {
+            let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
+            for s in spans.iter().filter(|s| s.kind == weft_model::SpanKind::Server) {
+                let service = s.resource.service_name();
+                for r in rules.iter_mut().filter(|r| r.rule.service == service) {
+                    let latency = Duration::from_nanos(s.end_ns.saturating_sub(s.start_ns));
+                    if let Some(f) = r.observe(latency, now) {
+                        fired.push((r.rule.clone(), f));
+                    }
+                }
+            }
+        }
+        if fired.is_empty() || !self.enabled() {
+            return;
+        }
+        let mut hub = self.lock();
+        for (rule, f) in fired {
+            let why = format!(
+                "anomaly: {} measured {:.1} ms over {} spans (rule `{}`)",
+                rule.service,
+                f.value.as_secs_f64() * 1e3,
+                f.samples,
+                rule.text
+            );
+            let seed = hub.rounds;
+            let (round, plan, ids) = hub.dispatch_round(
+                &self.exist,
+                &Trigger::Anomaly(rule.service.clone()),
+                seed,
+                &rule.functions,
+                &why,
+            );
+            tracing::warn!(round, captures = ids.len(), skipped = ?plan.skipped, "{why}");
+        }
+        drop(hub);
+        self.notify.notify_waiters();
     }
 
     /// Is the control API enabled?
@@ -219,9 +402,24 @@ impl ControlHub {
         true
     }
 
-    /// A submission's token and `?wait=` parameter.
-    fn admit(&self, headers: &HeaderMap, q: &WaitParam) -> Result<Option<Duration>, ApiError> {
-        self.check_wait(headers, q.wait.as_deref())
+    /// [`ControlHub::request`] with the body parsed by `parse` (a bad one counted as
+    /// malformed); the error answer otherwise.
+    async fn admit_body<T>(
+        &self,
+        headers: &HeaderMap,
+        q: &WaitParam,
+        body: Body,
+        parse: impl FnOnce(&[u8]) -> Result<T, ApiError>,
+    ) -> Result<(Option<Duration>, T), Response> {
+        let (wait, bytes) = self
+            .request(headers, q.wait.as_deref(), body, MAX_MESSAGE_BYTES)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let v = parse(&bytes).map_err(|e| {
+            self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+            e.into_response()
+        })?;
+        Ok((wait, v))
     }
 
     /// Waits up to `w` until `done` holds (checked at every change of the hub).
@@ -344,6 +542,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/control/probes/{id}", get(get_command))
         .route("/api/control/captures", post(submit_capture).get(list_captures))
         .route("/api/control/captures/{id}", get(get_capture))
+        .route("/api/control/exist/plan", post(exist_plan))
         .route("/api/control/agents", get(list_agents))
         .route("/api/control/poll", post(poll))
         .route("/api/agents/report", post(report))
@@ -436,16 +635,10 @@ async fn submit(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    let (wait, bytes) = match c.request(&headers, q.wait.as_deref(), body, MAX_MESSAGE_BYTES).await {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
-    let cmd = match ProbeCommand::parse(&bytes) {
-        Ok(c) => c,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return ApiError::bad_request(e.to_string()).into_response();
-        }
+    let parse = |b: &[u8]| ProbeCommand::parse(b).map_err(|e| ApiError::bad_request(e.to_string()));
+    let (wait, cmd) = match c.admit_body(&headers, &q, body, parse).await {
+        Ok(v) => v,
+        Err(r) => return r,
     };
     let id = {
         let mut hub = c.lock();
@@ -615,6 +808,11 @@ fn captures_for(hub: &Hub, agent: &str, after: u64) -> Vec<QueuedCapture> {
 struct CaptureView {
     id: u64,
     capture: CaptureCommand,
+    reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    service: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    round: Option<u64>,
     created_unix_ms: u64,
     targets: Vec<String>,
     results: Vec<CaptureOutcome>,
@@ -627,6 +825,9 @@ fn capture_view(e: &CaptureEntry) -> CaptureView {
     CaptureView {
         id: e.id,
         capture: e.capture.clone(),
+        reason: e.reason.clone(),
+        service: e.service.clone(),
+        round: e.round,
         created_unix_ms: e
             .created
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -649,40 +850,13 @@ async fn submit_capture(
     body: Body,
 ) -> Response {
     let c = &st.control;
-    let wait = match c.admit(&headers, &q) {
-        Ok(w) => w,
-        Err(e) => return e.into_response(),
+    let parse = |b: &[u8]| CaptureCommand::parse(b).map_err(|e| ApiError::bad_request(e.to_string()));
+    let (wait, capture) = match c.admit_body(&headers, &q, body, parse).await {
+        Ok(v) => v,
+        Err(r) => return r,
     };
-    let parsed = match read_body(body, MAX_MESSAGE_BYTES).await {
-        Ok(b) => CaptureCommand::parse(&b).map_err(|e| ApiError::bad_request(e.to_string())),
-        Err(e) => Err(e),
-    };
-    let capture = match parsed {
-        Ok(cap) => cap,
-        Err(e) => {
-            c.counters.malformed.fetch_add(1, Ordering::Relaxed);
-            return e.into_response();
-        }
-    };
-    let id = {
-        let mut hub = c.lock();
-        let id = hub.next_id;
-        hub.next_id += 1;
-        let targets = hub.polling_agents(capture.agent.as_deref());
-        if hub.captures.len() >= MAX_COMMANDS {
-            hub.captures.pop_front();
-        }
-        hub.captures.push_back(CaptureEntry {
-            id,
-            capture,
-            created: SystemTime::now(),
-            targets,
-            results: BTreeMap::new(),
-        });
-        id
-    };
+    let id = c.lock().queue_capture(capture, "manual".into(), None);
     c.counters.commands.fetch_add(1, Ordering::Relaxed);
-    tracing::info!(id, "capture queued");
     c.notify.notify_waiters();
     submitted(c, wait, id, |hub| &hub.captures).await
 }
@@ -794,4 +968,113 @@ async fn report(State(st): State<AppState>, headers: HeaderMap, body: Body) -> R
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
+}
+
+/// The body of `POST /api/control/exist/plan` (all optional).
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PlanRequest {
+    /// The sampler's seed (default: the round number).
+    #[serde(default)]
+    seed: Option<u64>,
+    /// Globs of the functions captured (default: every function of each target's executable).
+    #[serde(default)]
+    functions: Vec<String>,
+    /// Plan only; dispatch nothing.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+#[derive(Serialize)]
+struct MergedView {
+    service: String,
+    /// Replicas whose outcome came back with calls.
+    replicas: usize,
+    profile: Profile,
+}
+
+#[derive(Serialize)]
+struct PlanView {
+    round: u64,
+    seed: u64,
+    plan: Plan,
+    captures: Vec<CaptureView>,
+    /// Per service, the replicas' profiles merged (filled as outcomes arrive).
+    merged: Vec<MergedView>,
+    complete: bool,
+}
+
+async fn exist_plan(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<WaitParam>,
+    body: Body,
+) -> Response {
+    let c = &st.control;
+    let parse = |b: &[u8]| {
+        let bad = |m: String| ApiError::bad_request(format!("plan request: {m}"));
+        if b.iter().all(u8::is_ascii_whitespace) {
+            return Ok(PlanRequest::default());
+        }
+        let r: PlanRequest = serde_json::from_slice(b).map_err(|e| bad(e.to_string()))?;
+        if r.functions.len() > 256 || r.functions.iter().any(|f| f.is_empty() || f.len() > 256) {
+            return Err(bad("field functions: at most 256 globs of 1..=256 bytes".into()));
+        }
+        Ok(r)
+    };
+    let (wait, req) = match c.admit_body(&headers, &q, body, parse).await {
+        Ok(v) => v,
+        Err(r) => return r,
+    };
+    let (round, seed, plan, ids) = {
+        let mut hub = c.lock();
+        let seed = req.seed.unwrap_or(hub.rounds + 1);
+        if req.dry_run {
+            let plan =
+                exist::plan(&hub.exist_inputs(&c.exist), &c.exist.optimizer, &Trigger::Profiling, seed);
+            (0, seed, plan, Vec::new())
+        } else {
+            let (round, plan, ids) =
+                hub.dispatch_round(&c.exist, &Trigger::Profiling, seed, &req.functions, "profiling");
+            (round, seed, plan, ids)
+        }
+    };
+    c.counters.commands.fetch_add(ids.len() as u64, Ordering::Relaxed);
+    c.notify.notify_waiters();
+    let done = |hub: &Hub| {
+        ids.iter().all(|id| hub.captures.iter().find(|e| e.id == *id).is_none_or(Queued::complete))
+    };
+    if let Some(w) = wait {
+        c.wait_for(w, done).await;
+    }
+    let hub = c.lock();
+    let entries: Vec<&CaptureEntry> = hub.captures.iter().filter(|e| ids.contains(&e.id)).collect();
+    let merged = plan
+        .captures
+        .iter()
+        .map(|p| {
+            let mut profile = Profile::default();
+            let mut replicas = 0;
+            for o in entries
+                .iter()
+                .filter(|e| e.service.as_deref() == Some(&*p.service))
+                .flat_map(|e| e.results.values())
+            {
+                let one = Profile::from_counts(&o.functions);
+                replicas += usize::from(one.total() > 0);
+                profile.merge(&one);
+            }
+            MergedView { service: p.service.clone(), replicas, profile }
+        })
+        .collect();
+    let complete = done(&hub);
+    let view = PlanView {
+        round,
+        seed,
+        plan,
+        captures: entries.iter().map(|e| capture_view(e)).collect(),
+        merged,
+        complete,
+    };
+    json(if complete { StatusCode::OK } else { StatusCode::ACCEPTED }, &view)
 }

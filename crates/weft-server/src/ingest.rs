@@ -357,6 +357,7 @@ pub fn store_spans(
     let c = state.metrics.receiver(r);
     c.spans_rejected.fetch_add(rejected.count, Ordering::Relaxed);
     let n = spans.len() as u64;
+    state.control.observe_spans(&spans);
     let appended = match ack {
         Ack::Wal => state.store.append(&spans),
         Ack::Fsync => state.store.append_synced(&spans),

@@ -14,12 +14,17 @@
 //! The query router is built from one module per API family, each exposing
 //! `routes() -> Router<AppState>`; a new family is one more module and one `.merge(...)` line
 //! in [`query_router`]. Handlers share [`AppState`] (the store, metrics, configuration).
+//!
+//! EXIST's cluster level lives here too ([`exist`]): the coverage optimizer the control API's
+//! `POST /api/control/exist/plan` runs over the replicas the agents report, the anomaly rules
+//! evaluated over the ingested spans, and the merging and accuracy of function profiles.
 
 #![warn(missing_docs)]
 
 pub mod api;
 mod conn;
 pub mod control;
+pub mod exist;
 pub mod explore;
 pub mod ingest;
 pub mod jaeger;

@@ -54,6 +54,19 @@ pub struct ServerConfig {
     /// a request naming another host is refused (403), so a web page cannot reach the server
     /// through DNS rebinding (which needs a name). `*` allows any.
     pub allowed_hosts: Vec<String>,
+    /// EXIST's coverage optimizer, service priorities and anomaly rules.
+    pub exist: ExistConfig,
+}
+
+/// EXIST's cluster-level settings (`crate::exist`).
+#[derive(Debug, Clone, Default)]
+pub struct ExistConfig {
+    /// The coverage optimizer's settings.
+    pub optimizer: crate::exist::OptimizerConfig,
+    /// Service → priority in [0, 1] (0.5 when absent).
+    pub priorities: std::collections::BTreeMap<String, f64>,
+    /// Anomaly rules evaluated over the ingested spans.
+    pub rules: Vec<crate::exist::AnomalyRule>,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +97,7 @@ impl Default for ServerConfig {
             ],
             control_token: None,
             allowed_hosts: Vec::new(),
+            exist: ExistConfig::default(),
         }
     }
 }
@@ -143,7 +157,10 @@ impl AppState {
             metrics: Metrics::default(),
             inflight: Arc::new(Semaphore::new(permits)),
             ui_cache: Default::default(),
-            control: crate::control::ControlHub::new(config.control_token.clone()),
+            control: crate::control::ControlHub::with_exist(
+                config.control_token.clone(),
+                config.exist.clone(),
+            ),
             config,
         }))
     }

@@ -2,7 +2,8 @@
 //! command long poll runs on the node's [`Engine`]; its function calls are woven into the
 //! request spans the agent drained from the target's weft-probe rings meanwhile (the
 //! [`Tap`]) and go to the collector through the agent's spool and OTLP sender, like every
-//! other span; a [`CaptureOutcome`] goes back on the next poll.
+//! other span; a [`CaptureOutcome`] goes back on the next poll, with the capture's
+//! function-occurrence profile ([`function_counts`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -84,6 +85,20 @@ pub fn request_from(cmd: &CaptureCommand) -> Result<CaptureRequest, CaptureError
     })
 }
 
+/// Calls per function name over the function-call spans among `spans` (EXIST's
+/// function-occurrence profile of the capture), sorted by name.
+pub fn function_counts(spans: &[Span]) -> Vec<(String, u64)> {
+    use weft_model::Value;
+    use weft_model::kernel::KIND;
+    let mut counts: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for s in spans {
+        if matches!(s.attributes.get(KIND), Some(Value::Str(k)) if &**k == "uprobe") {
+            *counts.entry(&s.name).or_default() += 1;
+        }
+    }
+    counts.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
+
 /// Runs the collector's captures on this node.
 #[derive(Clone)]
 pub struct Executor {
@@ -153,6 +168,7 @@ impl Executor {
         out.full_cores = c.full_cores.clone();
         out.target_exited = c.target_exited;
         out.in_requests = fs.nest.placed + fs.nest.nested;
+        out.functions = function_counts(&fs.spans);
         for chunk in fs.spans.chunks(self.batch.max(1)) {
             match self.spool.append(&encode_batch(chunk, self.compress), chunk.len() as u32, self.compress) {
                 Ok(Appended::Stored { .. }) => out.spans += chunk.len() as u64,

@@ -1,5 +1,6 @@
 //! The allocator's live inputs, read from `/proc`: per-core utilization (two samples of
-//! `/proc/stat`) and the cores a process's threads ran on last (`/proc/PID/task/*/stat`).
+//! `/proc/stat`) and the cores a process's threads ran on last (`/proc/PID/task/*/stat`); and
+//! the processes that declare this agent theirs ([`declared_targets`], EXIST's replicas).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -140,9 +141,78 @@ fn recent_cores_in(dir: &Path) -> Result<BTreeSet<u32>, UsageError> {
     Ok(cores)
 }
 
+/// The processes that declare this agent theirs: live processes whose environment sets
+/// `WEFT_PROBE_DIR` to `probe_dir` (instrumented processes record there; uninstrumented ones
+/// declare their agent the same way), each with its service (`WEFT_PROBE_SERVICE`, else its
+/// comm) and the size of its executable. Processes whose environment cannot be read (another
+/// user's, without root) are left out. Sorted by pid; at most `max`.
+pub fn declared_targets(probe_dir: &Path, max: usize) -> Vec<weft_control::proto::TargetReport> {
+    let want = probe_dir.as_os_str().as_encoded_bytes();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids: Vec<u32> =
+        entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()).collect();
+    pids.sort_unstable();
+    let mut out = Vec::new();
+    let me = std::process::id();
+    for pid in pids.into_iter().filter(|&p| p != me) {
+        if out.len() >= max {
+            break;
+        }
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let var = |name: &[u8]| {
+            env.split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix(b"="))
+                .map(<[u8]>::to_vec)
+        };
+        if var(b"WEFT_PROBE_DIR").as_deref() != Some(want) {
+            continue;
+        }
+        let service = match var(b"WEFT_PROBE_SERVICE").filter(|s| !s.is_empty()) {
+            Some(s) => String::from_utf8_lossy(&s).into_owned(),
+            None => {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default().trim_end().to_owned()
+            }
+        };
+        let binary_bytes = std::fs::metadata(format!("/proc/{pid}/exe")).map_or(0, |m| m.len());
+        out.push(weft_control::proto::TargetReport { pid, service, binary_bytes });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn processes_declaring_the_probe_dir_are_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let spawn = |service: Option<&str>| {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("30").env("WEFT_PROBE_DIR", dir.path());
+            if let Some(s) = service {
+                c.env("WEFT_PROBE_SERVICE", s);
+            }
+            c.spawn().unwrap()
+        };
+        let mut named = spawn(Some("api"));
+        let mut plain = spawn(None);
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .env("WEFT_PROBE_DIR", "/elsewhere")
+            .spawn()
+            .unwrap();
+        let mut t = declared_targets(dir.path(), 100);
+        let capped = declared_targets(dir.path(), 1).len();
+        for c in [&mut named, &mut plain, &mut other] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        t.sort_by_key(|t| t.pid);
+        let got: Vec<(u32, &str)> = t.iter().map(|t| (t.pid, &*t.service)).collect();
+        assert_eq!(got, [(named.id(), "api"), (plain.id(), "sleep")]);
+        assert!(t.iter().all(|t| t.binary_bytes > 0));
+        assert_eq!(capped, 1);
+    }
 
     #[test]
     fn stat_lines_and_utilization() {

@@ -2,6 +2,7 @@
 //! real HTTP (ureq) and gRPC (tonic) clients. One binary, so DataFusion links once.
 
 mod control;
+mod exist;
 mod explore;
 mod ingest;
 mod jaeger_query;

@@ -110,6 +110,37 @@ pub struct Args {
     /// process list).
     #[arg(long, value_name = "FILE")]
     pub control_token_file: Option<std::path::PathBuf>,
+    /// An EXIST anomaly rule over the ingested spans (repeatable): `service=S p99>50ms
+    /// window=10s [cooldown=60s] [functions=a,b]`; when a window's quantile of S's server spans
+    /// is over the threshold, every replica of S is captured (once per cooldown).
+    #[arg(long = "exist-rule", value_name = "RULE", value_parser = weft_server::exist::AnomalyRule::parse)]
+    pub exist_rules: Vec<weft_server::exist::AnomalyRule>,
+    /// A service's priority for EXIST's coverage optimizer, `SERVICE=P` with P in [0, 1]
+    /// (repeatable; 0.5 when not given).
+    #[arg(long = "exist-priority", value_name = "SERVICE=P", value_parser = parse_priority)]
+    pub exist_priorities: Vec<(String, f64)>,
+    /// Slowdown of a target while traced, as measured (2.8 = 280 % slower): with
+    /// --exist-budget and --exist-round it caps the captures' period.
+    #[arg(long, default_value_t = 2.8)]
+    pub exist_overhead: f64,
+    /// Mean slowdown EXIST's captures may cost a service over a round (0.01 = 1 %).
+    #[arg(long, default_value_t = 0.01)]
+    pub exist_budget: f64,
+    /// Time between EXIST profiling rounds (for the overhead cap).
+    #[arg(long, default_value = "60s", value_parser = weft_cli::units::parse_duration)]
+    pub exist_round: std::time::Duration,
+    /// Share of a service's replicas one profiling round traces at priority 1 (half at 0).
+    #[arg(long, default_value_t = 0.5)]
+    pub exist_sample: f64,
+}
+
+fn parse_priority(v: &str) -> Result<(String, f64), String> {
+    let (s, p) = v.split_once('=').ok_or_else(|| format!("{v:?}: expected SERVICE=P"))?;
+    let p: f64 = p.parse().map_err(|_| format!("{v:?}: P must be a number in [0, 1]"))?;
+    if s.is_empty() || !(0.0..=1.0).contains(&p) {
+        return Err(format!("{v:?}: expected SERVICE=P with P in [0, 1]"));
+    }
+    Ok((s.to_owned(), p))
 }
 
 fn listener(flag: &str, v: &str) -> anyhow::Result<Option<SocketAddr>> {
@@ -175,6 +206,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.control_token.as_deref(),
             args.control_token_file.as_deref(),
         )?,
+        exist: weft_server::state::ExistConfig {
+            optimizer: weft_server::exist::OptimizerConfig {
+                reference_overhead: args.exist_overhead,
+                overhead_budget: args.exist_budget,
+                round: args.exist_round,
+                sample: args.exist_sample,
+                ..Default::default()
+            },
+            priorities: args.exist_priorities.iter().cloned().collect(),
+            rules: args.exist_rules.clone(),
+        },
         ..ServerConfig::default()
     };
 

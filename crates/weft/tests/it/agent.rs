@@ -83,15 +83,23 @@ pub(crate) struct Collector {
     port: u16,
     /// Query listener (SQL, reads, metrics, control API).
     query_port: u16,
+    /// More `weft serve` arguments.
+    extra: Vec<String>,
 }
 
 impl Collector {
     pub(crate) fn start(data: &Path) -> Collector {
+        Collector::start_with(data, &[])
+    }
+
+    /// With more `weft serve` arguments.
+    pub(crate) fn start_with(data: &Path, extra: &[&str]) -> Collector {
         let mut c = Collector {
             child: None,
             data: data.to_path_buf(),
             port: weft_testkit::free_port(),
             query_port: weft_testkit::free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         c.restart();
         c
@@ -115,6 +123,7 @@ impl Collector {
             .args(["--otlp-http", &format!("127.0.0.1:{}", self.port)])
             .args(["--http", &format!("127.0.0.1:{}", self.query_port)])
             .args(["--control-token", TOKEN])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

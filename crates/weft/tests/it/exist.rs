@@ -203,3 +203,220 @@ fn a_capture_requested_through_the_collector_lands_in_the_store() {
     assert_eq!(st, 200, "{v}");
     assert!(v["results"][0]["error"].as_str().unwrap().contains("no process 999999999"), "{v}");
 }
+
+/// EXIST's cluster level on this machine: four `weft agent`s (nodes `node-0`..`node-3`), each
+/// with one replica of `requests --mix K` (the request mix shifts every 250 ms, replica K
+/// K phases ahead), one collector. A long capture of one replica is the exhaustive reference;
+/// one profiling round through the optimizer captures every replica briefly (the overhead cap
+/// sets the period); the replicas' merged profile is at least as accurate as each alone. Then
+/// slow server spans of `requests` fire the anomaly rule, which captures all four replicas,
+/// once per cooldown.
+#[test]
+fn merged_replicas_fill_each_others_gaps_and_anomalies_capture_every_replica() {
+    use super::agent::{AgentProc, Collector, TOKEN, http, wait_for};
+    use serde_json::Value as J;
+    use weft_server::exist::Profile;
+    const N: usize = 4;
+    const FUNCS: [&str; 7] =
+        ["handle_request", "parse_request", "get_item", "put_item", "scan_items", "delete_item", "compute"];
+    let dir = tempfile::tempdir().unwrap();
+    // Cap: 1 % of a 60 s round at 4x reference overhead = 150 ms.
+    let collector = Collector::start_with(
+        &dir.path().join("data"),
+        &[
+            "--exist-rule",
+            "service=requests p99>50ms window=1s cooldown=600s functions=handle_request,compute",
+            "--exist-priority",
+            "requests=1",
+            "--exist-sample",
+            "1",
+            "--exist-overhead",
+            "4",
+        ],
+    );
+    let bin = weft_testkit::compile_c("examples/exist/requests.c", dir.path());
+    let mut agents = Vec::new();
+    let mut servers = Vec::new();
+    for k in 0..N {
+        let probes = dir.path().join(format!("probes-{k}"));
+        let name = format!("node-{k}");
+        agents.push(AgentProc::start(
+            &probes,
+            &dir.path().join(format!("spool-{k}")),
+            &collector,
+            &["--name", &name],
+        ));
+        servers.push(Server(
+            Command::new(&bin)
+                .arg(dir.path().join(format!("app-{k}.jsonl")))
+                .args(["--seconds", "120", "--mix", &k.to_string()])
+                .env("WEFT_PROBE_DIR", &probes)
+                .env("WEFT_PROBE_SERVICE", "requests")
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    let get = |path: &str| -> J {
+        let mut r = http()
+            .get(&format!("{}{path}", collector.query()))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .call()
+            .unwrap();
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default()
+    };
+    let post = |path: &str, body: &str| -> (u16, J) {
+        let mut r = http()
+            .post(&format!("{}{path}", collector.query()))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .send(body)
+            .unwrap();
+        (
+            r.status().as_u16(),
+            serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default(),
+        )
+    };
+    wait_for("every agent polling and reporting its replica", Duration::from_secs(60), || {
+        let a = get("/api/control/agents");
+        a.as_array().is_some_and(|a| {
+            a.iter()
+                .filter(|x| {
+                    x["polling"] == true && x["report"]["targets"].as_array().is_some_and(|t| t.len() == 1)
+                })
+                .count()
+                == N
+        })
+    });
+    let funcs = serde_json::to_string(&FUNCS).unwrap();
+    let profile = |o: &J| {
+        let counts: Vec<(String, u64)> = serde_json::from_value(o["functions"].clone()).unwrap_or_default();
+        Profile::from_counts(&counts)
+    };
+
+    // The exhaustive reference: 4 s (16 phases) of replica 0.
+    let pid0 = servers[0].0.id();
+    let body =
+        format!(r#"{{"pid":{pid0},"agent":"node-0","period_ms":4000,"force":true,"functions":{funcs}}}"#);
+    let mut reference = Profile::default();
+    wait_for("the reference capture", Duration::from_secs(90), || {
+        let (st, v) = post("/api/control/captures?wait=20s", &body);
+        if st == 200 && v["results"].as_array().is_some_and(|r| r.len() == 1) {
+            assert!(v["results"][0]["error"].is_null(), "{v}");
+            reference = profile(&v["results"][0]);
+        }
+        reference.total() > 0
+    });
+    println!("reference (4 s of node-0): {:?}", reference.0);
+
+    // One profiling round through the optimizer.
+    let mut round = J::Null;
+    wait_for("a complete profiling round", Duration::from_secs(90), || {
+        let (st, v) =
+            post("/api/control/exist/plan?wait=20s", &format!(r#"{{"seed":7,"functions":{funcs}}}"#));
+        round = v;
+        st == 200 && round["captures"].as_array().is_some_and(|c| c.len() == N)
+    });
+    let plan = &round["plan"]["captures"][0];
+    assert_eq!(plan["service"], "requests", "{round}");
+    assert_eq!(plan["replicas"].as_array().unwrap().len(), N, "{round}");
+    assert!(plan["period_ms"].as_u64().unwrap() <= 150, "the overhead cap: {round}");
+    let mut singles = Vec::new();
+    for c in round["captures"].as_array().unwrap() {
+        assert!(c["reason"].as_str().unwrap().starts_with("profiling"), "{c}");
+        let o = &c["results"][0];
+        assert!(o["error"].is_null(), "{c}");
+        let p = profile(o);
+        assert!(p.total() > 0, "{c}");
+        singles.push((o["agent"].as_str().unwrap().to_owned(), p));
+    }
+    singles.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut merged = Profile::default();
+    let mut line = String::new();
+    for (k, (agent, p)) in singles.iter().enumerate() {
+        merged.merge(p);
+        line += &format!(
+            "  {agent}: alone {:.1} %, merged 1..{} {:.1} %\n",
+            100.0 * p.accuracy(&reference),
+            k + 1,
+            100.0 * merged.accuracy(&reference)
+        );
+    }
+    println!("accuracy against the reference ({} ms captures):\n{line}", plan["period_ms"]);
+    let served: Profile = serde_json::from_value(round["merged"][0]["profile"].clone()).map(Profile).unwrap();
+    assert_eq!(served, merged, "the collector's merge");
+    for (agent, p) in &singles {
+        assert!(
+            merged.accuracy(&reference) >= p.accuracy(&reference),
+            "{agent}: merged worse than alone\n{line}"
+        );
+    }
+
+    // The anomaly rule: fast traffic does nothing; a slow period captures every replica.
+    let otlp = |ms: u64| {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+        let spans: Vec<String> = (0..10)
+            .map(|i| {
+                format!(
+                    r#"{{"traceId":"{:032x}","spanId":"{:016x}","name":"GET /item","kind":2,"startTimeUnixNano":"{}","endTimeUnixNano":"{}"}}"#,
+                    now + i,
+                    now + i,
+                    now - ms * 1_000_000,
+                    now
+                )
+            })
+            .collect();
+        let body = format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"requests"}}}}]}},"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+            spans.join(",")
+        );
+        let r = http()
+            .post(&format!("{}/v1/traces", collector.base()))
+            .header("Content-Type", "application/json")
+            .send(&body)
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    };
+    let anomalies = || -> Vec<J> {
+        get("/api/control/captures")
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|c| c["reason"].as_str().is_some_and(|r| r.starts_with("anomaly")))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for _ in 0..15 {
+        otlp(5);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(anomalies().is_empty(), "fired on fast traffic: {:?}", anomalies());
+    wait_for("the anomaly rule to fire", Duration::from_secs(30), || {
+        otlp(100);
+        std::thread::sleep(Duration::from_millis(100));
+        !anomalies().is_empty()
+    });
+    let fired = anomalies();
+    println!("anomaly: {}", fired[0]["reason"]);
+    assert_eq!(fired.len(), N, "{fired:?}");
+    let mut targeted: Vec<&str> = fired.iter().map(|c| c["capture"]["agent"].as_str().unwrap()).collect();
+    targeted.sort_unstable();
+    assert_eq!(targeted, ["node-0", "node-1", "node-2", "node-3"]);
+    assert!(fired.iter().all(|c| c["round"] == fired[0]["round"]));
+    for c in &fired {
+        let id = c["id"].as_u64().unwrap();
+        wait_for("the anomaly capture's outcome", Duration::from_secs(30), || {
+            get(&format!("/api/control/captures/{id}"))["complete"] == true
+        });
+        let v = get(&format!("/api/control/captures/{id}"));
+        assert!(v["results"][0]["error"].is_null() && v["results"][0]["calls"].as_u64() > Some(0), "{v}");
+    }
+    // Still slow, within the cooldown: no second round.
+    for _ in 0..25 {
+        otlp(100);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(anomalies().len(), N, "rate limit");
+    drop(agents);
+}
