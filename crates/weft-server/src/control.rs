@@ -18,7 +18,7 @@
 //! `/api/control/*` routes answer 404 (control disabled). A missing or wrong token gets 401. Every
 //! body is bounded ([`MAX_MESSAGE_BYTES`] for commands, 16 MiB for polls, 1 MiB for reports);
 //! a malformed command gets 400 naming the field. The collector keeps the last
-//! [`MAX_COMMANDS`] commands and [`MAX_AGENTS`] agents (the staler ones go first).
+//! [`MAX_COMMANDS`] commands and `ServerConfig::max_agents` agents (the staler ones go first).
 //!
 //! An agent's first poll (no `after`) only learns the current cursor: commands are for the
 //! processes running when they are issued, not replayed to agents that connect later.
@@ -47,7 +47,7 @@ use crate::state::AppState;
 
 /// Commands kept.
 pub const MAX_COMMANDS: usize = 1024;
-/// Agents tracked.
+/// Agents tracked by default (`ServerConfig::max_agents`).
 pub const MAX_AGENTS: usize = 4096;
 /// An agent that has not polled or reported for this long is not a command target.
 pub const AGENT_STALE: Duration = Duration::from_secs(60);
@@ -81,7 +81,7 @@ struct Hub {
     commands: VecDeque<Entry>,
     captures: VecDeque<CaptureEntry>,
     agents: HashMap<String, AgentEntry>,
-    /// Agents forgotten to make room past [`MAX_AGENTS`].
+    /// Agents forgotten to make room past `max_agents`.
     agents_evicted: u64,
 }
 
@@ -119,6 +119,8 @@ pub struct ControlCounters {
 /// The control API's state (in [`AppState`]).
 pub struct ControlHub {
     token: Option<String>,
+    /// Agents remembered at most (here and by the live-query exchange).
+    pub(crate) max_agents: usize,
     hub: Mutex<Hub>,
     notify: tokio::sync::Notify,
     /// Counters (rendered on `/metrics`).
@@ -128,10 +130,11 @@ pub struct ControlHub {
 }
 
 impl ControlHub {
-    /// A hub; `token = None` disables the control routes.
-    pub fn new(token: Option<String>) -> ControlHub {
+    /// A hub remembering at most `max_agents` agents; `token = None` disables the control routes.
+    pub fn new(token: Option<String>, max_agents: usize) -> ControlHub {
         ControlHub {
             token: token.filter(|t| !t.is_empty()),
+            max_agents: max_agents.max(1),
             hub: Mutex::new(Hub { next_id: 1, ..Hub::default() }),
             notify: tokio::sync::Notify::new(),
             counters: ControlCounters::default(),
@@ -197,8 +200,8 @@ impl ControlHub {
         Ok((wait, bytes))
     }
 
-    fn seen(hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
-        if !hub.agents.contains_key(agent) && hub.agents.len() >= MAX_AGENTS {
+    fn seen(&self, hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
+        if !hub.agents.contains_key(agent) && hub.agents.len() >= self.max_agents {
             let oldest = hub.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 hub.agents.remove(&k);
@@ -266,8 +269,8 @@ impl ControlHub {
         );
         let _ = writeln!(
             o,
-            "# HELP weft_agents_evicted_total Agents forgotten to make room (at most {MAX_AGENTS} are remembered).\n# TYPE weft_agents_evicted_total counter\nweft_agents_evicted_total {}",
-            hub.agents_evicted
+            "# HELP weft_agents_evicted_total Agents forgotten to make room (at most {} are remembered).\n# TYPE weft_agents_evicted_total counter\nweft_agents_evicted_total {}",
+            self.max_agents, hub.agents_evicted
         );
         type G = fn(&weft_control::proto::ProcessReport) -> String;
         let per: [(&str, &str, G); 5] = [
@@ -712,7 +715,7 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
     let got_results = !req.results.is_empty() || !req.capture_results.is_empty();
     {
         let mut hub = c.lock();
-        ControlHub::seen(&mut hub, &req.agent, &req.host, true);
+        c.seen(&mut hub, &req.agent, &req.host, true);
         for (id, res) in req.results {
             if let Some(e) = hub.commands.iter_mut().find(|e| e.id == id) {
                 if !e.targets.contains(&req.agent) {
@@ -742,7 +745,7 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
         let notified = c.notify.notified();
         let (commands, mut captures, cursor) = {
             let mut hub = c.lock();
-            ControlHub::seen(&mut hub, &req.agent, &req.host, true);
+            c.seen(&mut hub, &req.agent, &req.host, true);
             (pending_for(&hub, &req.agent, after), captures_for(&hub, &req.agent, after), hub.next_id - 1)
         };
         if !commands.is_empty() || !captures.is_empty() || tokio::time::Instant::now() >= deadline {
@@ -784,7 +787,7 @@ async fn report(State(st): State<AppState>, headers: HeaderMap, body: Body) -> R
     }
     c.counters.reports.fetch_add(1, Ordering::Relaxed);
     let mut hub = c.lock();
-    ControlHub::seen(&mut hub, &r.agent, &r.host, false);
+    c.seen(&mut hub, &r.agent, &r.host, false);
     if let Some(a) = hub.agents.get_mut(&r.agent) {
         a.report = Some(r);
     }

@@ -54,6 +54,8 @@ pub struct ServerConfig {
     /// a request naming another host is refused (403), so a web page cannot reach the server
     /// through DNS rebinding (which needs a name). `*` allows any.
     pub allowed_hosts: Vec<String>,
+    /// Agents the control API remembers at most; past it the stalest is forgotten (counted).
+    pub max_agents: usize,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +86,7 @@ impl Default for ServerConfig {
             ],
             control_token: None,
             allowed_hosts: Vec::new(),
+            max_agents: crate::control::MAX_AGENTS,
         }
     }
 }
@@ -143,7 +146,7 @@ impl AppState {
             metrics: Metrics::default(),
             inflight: Arc::new(Semaphore::new(permits)),
             ui_cache: Default::default(),
-            control: crate::control::ControlHub::new(config.control_token.clone()),
+            control: crate::control::ControlHub::new(config.control_token.clone(), config.max_agents),
             config,
         }))
     }
