@@ -13,8 +13,10 @@
 //! own, so a heavy query cannot starve the receivers; a query past
 //! [`ServerConfig::query_timeout`](crate::ServerConfig::query_timeout) is cancelled (504); a
 //! result past [`ServerConfig::sql_max_bytes`](crate::ServerConfig::sql_max_bytes) is refused
-//! (400); DataFusion's memory pool (`StoreConfig::query_memory_bytes`) bounds what the queries
-//! hold while they run.
+//! (400); each query may hold at most
+//! [`ServerConfig::sql_query_memory`](crate::ServerConfig::sql_query_memory) of DataFusion's
+//! memory pool (`StoreConfig::query_memory_bytes`, shared by all queries) while it runs (sorts
+//! spill at it; past it anything else fails, 400 naming the limit).
 
 use std::time::Instant;
 
@@ -102,8 +104,14 @@ async fn run(
     let limit = max_rows.unwrap_or(state.config.sql_max_rows).min(state.config.sql_max_rows);
     // On the SQL runtime; past the timeout the task is aborted, which drops DataFusion's
     // streams and so cancels their work.
-    let (store, q, max_bytes) = (state.store.clone(), query.to_owned(), state.config.sql_max_bytes);
-    let task = state.sql_runtime.spawn(async move { store.sql_bounded(&q, limit, max_bytes).await });
+    let limits = weft_store::SqlLimits {
+        max_rows: limit,
+        max_bytes: state.config.sql_max_bytes,
+        max_memory: state.config.sql_query_memory,
+        memory_setting: "weft serve --sql-query-memory",
+    };
+    let (store, q) = (state.store.clone(), query.to_owned());
+    let task = state.sql_runtime.spawn(async move { store.sql_bounded(&q, &limits).await });
     let abort = task.abort_handle();
     let joined = async {
         task.await

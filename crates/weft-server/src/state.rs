@@ -46,6 +46,9 @@ pub struct ServerConfig {
     pub sql_max_bytes: usize,
     /// `POST /api/sql` queries running at once; more get 503 with `Retry-After`.
     pub sql_concurrency: usize,
+    /// Bytes of the store's query memory pool one `POST /api/sql` query may hold while it runs
+    /// (sorts spill at it; anything else fails the query, 400 naming the limit).
+    pub sql_query_memory: usize,
     /// Keys `GET /api/v2/autocompleteKeys` offers (Zipkin's `AUTOCOMPLETE_KEYS`).
     pub autocomplete_keys: Vec<String>,
     /// Bearer token of the control API (`/api/control/*`); `None` disables it.
@@ -77,6 +80,7 @@ impl Default for ServerConfig {
             sql_max_rows: 10_000,
             sql_max_bytes: 64 << 20,
             sql_concurrency: 4,
+            sql_query_memory: 256 << 20,
             autocomplete_keys: vec![
                 "http.request.method".into(),
                 "http.route".into(),

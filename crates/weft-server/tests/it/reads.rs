@@ -327,3 +327,18 @@ fn sql_is_bounded_in_bytes_time_and_concurrency() {
     let (st, _, _) = s.post("/api/sql", &[], b"SELECT 1");
     assert_eq!(st, 200);
 }
+
+/// Issue 18: one SQL query holds at most `--sql-query-memory` of the shared pool: a join whose
+/// build side needs more gets 400 naming the flag, and the server takes the next query.
+#[test]
+fn one_sql_query_holds_at_most_its_own_memory() {
+    let s = TestServer::with(|_, c| c.sql_query_memory = 64 << 10);
+    load(&s, 2000);
+    let (st, _, body) =
+        s.post("/api/sql", &[], b"SELECT count(*) FROM spans a JOIN spans b ON a.span_id = b.span_id");
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("memory limit of 65536 bytes") && body.contains("--sql-query-memory"), "{body}");
+    let (st, _, _) = s.post("/api/sql", &[], b"SELECT count(*) FROM spans");
+    assert_eq!(st, 200);
+}

@@ -97,6 +97,10 @@ pub struct Args {
     /// Largest SQL result (Arrow memory); a larger one is refused (400 naming the limit).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub sql_max_bytes: u64,
+    /// Memory one SQL query may hold while it runs, of the 1 GiB all queries share (sorts spill
+    /// at it; past it anything else fails, 400 naming the flag).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    pub sql_query_memory: u64,
     /// Bearer token that enables the control API (`/api/control/*`: switch tracepoints through
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
@@ -170,6 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         query_timeout: args.query_timeout,
         sql_concurrency: args.sql_concurrency,
         sql_max_bytes: args.sql_max_bytes as usize,
+        sql_query_memory: args.sql_query_memory as usize,
         allowed_hosts: args.allow_hosts.clone(),
         control_token: weft_cli::control_token(
             args.control_token.as_deref(),
