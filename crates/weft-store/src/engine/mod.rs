@@ -198,7 +198,8 @@ impl Inner {
                 st.active.first_append.is_some_and(|t| t.elapsed() >= self.cfg.flush_interval)
             };
             if old && let Err(e) = self.freeze() {
-                tracing::error!(error = %e, "freezing the buffer failed");
+                // The WAL's rotation failed: refuse appends until the WAL goes on in a new file.
+                self.poison(e);
             }
             match self.flush_frozen() {
                 Ok(()) => backoff = Duration::ZERO,

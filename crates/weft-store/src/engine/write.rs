@@ -104,7 +104,12 @@ impl Inner {
             self.wake_background();
         }
         if fsync || self.cfg.fsync == FsyncPolicy::Always {
-            self.sync.sync_append(&file, end, self.cfg.fsync).map_err(|e| self.poison(e))?;
+            self.sync.sync_append(&file, end, self.cfg.fsync).map_err(|e| match e {
+                // Its file broke and the WAL has gone on in a new one since: this append alone
+                // fails (the failure that broke the file poisoned the store already).
+                e @ StoreError::Poisoned(_) if self.sync.check().is_ok() => e,
+                e => self.poison(e),
+            })?;
         }
         self.metrics.appends.fetch_add(1, Ordering::Relaxed);
         self.metrics.wal_bytes_written.fetch_add(payload.len() as u64 + 8, Ordering::Relaxed);
