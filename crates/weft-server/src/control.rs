@@ -20,7 +20,7 @@
 //! `/api/control/*` routes answer 404 (control disabled). A missing or wrong token gets 401. Every
 //! body is bounded ([`MAX_MESSAGE_BYTES`] for commands, 16 MiB for polls, 1 MiB for reports);
 //! a malformed command gets 400 naming the field. The collector keeps the last
-//! [`MAX_COMMANDS`] commands and [`MAX_AGENTS`] agents (the staler ones go first).
+//! [`MAX_COMMANDS`] commands and `ServerConfig::max_agents` agents (the staler ones go first).
 //!
 //! Every capture is recorded with why it was dispatched (`reason`: `manual`, `profiling round
 //! N`, or the anomaly rule that fired and what it measured); the anomaly rules
@@ -55,7 +55,7 @@ use crate::state::{AppState, ExistConfig};
 
 /// Commands kept.
 pub const MAX_COMMANDS: usize = 1024;
-/// Agents tracked.
+/// Agents tracked by default (`ServerConfig::max_agents`).
 pub const MAX_AGENTS: usize = 4096;
 /// An agent that has not polled or reported for this long is not a command target.
 pub const AGENT_STALE: Duration = Duration::from_secs(60);
@@ -96,7 +96,7 @@ struct Hub {
     agents: HashMap<String, AgentEntry>,
     /// EXIST rounds planned (profiling and anomalies).
     rounds: u64,
-    /// Agents forgotten to make room past [`MAX_AGENTS`].
+    /// Agents forgotten to make room past `max_agents`.
     agents_evicted: u64,
 }
 
@@ -247,6 +247,8 @@ pub struct ControlCounters {
 /// The control API's state (in [`AppState`]).
 pub struct ControlHub {
     token: Option<String>,
+    /// Agents remembered at most (here and by the live-query exchange).
+    pub(crate) max_agents: usize,
     hub: Mutex<Hub>,
     exist: ExistConfig,
     rules: Mutex<Vec<RuleState>>,
@@ -258,15 +260,16 @@ pub struct ControlHub {
 }
 
 impl ControlHub {
-    /// A hub; `token = None` disables the control routes.
-    pub fn new(token: Option<String>) -> ControlHub {
-        ControlHub::with_exist(token, ExistConfig::default())
+    /// A hub remembering at most `max_agents` agents; `token = None` disables the control routes.
+    pub fn new(token: Option<String>, max_agents: usize) -> ControlHub {
+        ControlHub::with_exist(token, max_agents, ExistConfig::default())
     }
 
     /// A hub with EXIST's optimizer settings, priorities and anomaly rules.
-    pub fn with_exist(token: Option<String>, exist: ExistConfig) -> ControlHub {
+    pub fn with_exist(token: Option<String>, max_agents: usize, exist: ExistConfig) -> ControlHub {
         ControlHub {
             token: token.filter(|t| !t.is_empty()),
+            max_agents: max_agents.max(1),
             hub: Mutex::new(Hub { next_id: 1, ..Hub::default() }),
             rules: Mutex::new(exist.rules.iter().cloned().map(RuleState::new).collect()),
             exist,
@@ -382,8 +385,8 @@ impl ControlHub {
         Ok((wait, bytes))
     }
 
-    fn seen(hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
-        if !hub.agents.contains_key(agent) && hub.agents.len() >= MAX_AGENTS {
+    fn seen(&self, hub: &mut Hub, agent: &str, host: &str, polling: bool) -> bool {
+        if !hub.agents.contains_key(agent) && hub.agents.len() >= self.max_agents {
             let oldest = hub.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
             if let Some(k) = oldest {
                 hub.agents.remove(&k);
@@ -466,8 +469,8 @@ impl ControlHub {
         );
         let _ = writeln!(
             o,
-            "# HELP weft_agents_evicted_total Agents forgotten to make room (at most {MAX_AGENTS} are remembered).\n# TYPE weft_agents_evicted_total counter\nweft_agents_evicted_total {}",
-            hub.agents_evicted
+            "# HELP weft_agents_evicted_total Agents forgotten to make room (at most {} are remembered).\n# TYPE weft_agents_evicted_total counter\nweft_agents_evicted_total {}",
+            self.max_agents, hub.agents_evicted
         );
         type G = fn(&weft_control::proto::ProcessReport) -> String;
         let per: [(&str, &str, G); 5] = [
@@ -889,7 +892,7 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
     let got_results = !req.results.is_empty() || !req.capture_results.is_empty();
     {
         let mut hub = c.lock();
-        ControlHub::seen(&mut hub, &req.agent, &req.host, true);
+        c.seen(&mut hub, &req.agent, &req.host, true);
         for (id, res) in req.results {
             if let Some(e) = hub.commands.iter_mut().find(|e| e.id == id) {
                 if !e.targets.contains(&req.agent) {
@@ -919,7 +922,7 @@ async fn poll(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
         let notified = c.notify.notified();
         let (commands, mut captures, cursor) = {
             let mut hub = c.lock();
-            ControlHub::seen(&mut hub, &req.agent, &req.host, true);
+            c.seen(&mut hub, &req.agent, &req.host, true);
             (pending_for(&hub, &req.agent, after), captures_for(&hub, &req.agent, after), hub.next_id - 1)
         };
         if !commands.is_empty() || !captures.is_empty() || tokio::time::Instant::now() >= deadline {
@@ -961,7 +964,7 @@ async fn report(State(st): State<AppState>, headers: HeaderMap, body: Body) -> R
     }
     c.counters.reports.fetch_add(1, Ordering::Relaxed);
     let mut hub = c.lock();
-    ControlHub::seen(&mut hub, &r.agent, &r.host, false);
+    c.seen(&mut hub, &r.agent, &r.host, false);
     if let Some(a) = hub.agents.get_mut(&r.agent) {
         a.report = Some(r);
     }

@@ -10,8 +10,8 @@
 //!   up), decoded spans are refused with 503 and `Retry-After: 2`. Both are counted — memory
 //!   never grows without bound and nothing is dropped silently.
 //! * Retry: the answers follow the OTLP retry rules. What a later retry of the same request can
-//!   get through — throttling, overload, a store that refuses writes until it is reopened (after
-//!   a failed WAL write or fsync), an I/O error, an ingest task that failed — is 429 or 503 with
+//!   get through — throttling, overload, a store that refuses writes until its WAL goes on in a
+//!   new file (after a failed WAL write or fsync), an I/O error, an ingest task that failed — is 429 or 503 with
 //!   `Retry-After` (gRPC: `RESOURCE_EXHAUSTED` or `UNAVAILABLE` with a `RetryInfo`); what it
 //!   cannot is 400, 413 or 415, and 500 only for a failure the same request would meet again.
 //! * gRPC: the message's declared length is checked against the same request limit and
@@ -51,7 +51,7 @@ pub enum IngestError {
     Unsupported(String),
     /// 503 (the store's buffer is full).
     Overloaded(String),
-    /// 503 (the store refuses writes for now: a failed WAL write or fsync until it is reopened,
+    /// 503 (the store refuses writes for now: a failed WAL write or fsync until the WAL goes on in a new file,
     /// an I/O error; or the ingest task failed). Retrying later may succeed.
     Unavailable(String),
     /// 500 (a failure the same request would meet again).
@@ -376,8 +376,8 @@ pub fn store_spans(
             tracing::error!(error = %e, receiver = r.as_str(), spans = n, "storing spans failed");
             let msg = format!("storing spans failed: {e}");
             Err(match e {
-                // Conditions of the server, not of the request: a retry may get through once an
-                // operator reopened the store or the disk has room again.
+                // Conditions of the server, not of the request: a retry may get through once the
+                // disk has room again and the store's WAL went on in a new file.
                 StoreError::Poisoned(_)
                 | StoreError::Io { .. }
                 | StoreError::ReadOnly

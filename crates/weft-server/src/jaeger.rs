@@ -129,7 +129,7 @@ async fn find_traces(State(state): State<AppState>, Query(p): Query<Params>) -> 
     let _t = state.metrics.time(Api::Jaeger);
     let q = trace_query(&p)?;
     let adj = adjust(&p)?;
-    let found = crate::api::with_timeout(&state, Api::Jaeger, state.store.search(&q)).await?;
+    let found = crate::api::search(&state, Api::Jaeger, q).await?;
     if found.is_empty() {
         return Err(ApiError::not_found("No traces found"));
     }

@@ -252,7 +252,7 @@ async fn find_traces(State(state): State<AppState>, Query(p): Query<Pairs>) -> R
     let s = search_params(&p, weft_model::time::now_unix_nanos())?;
     let mut errors = Vec::new();
     let found: Vec<Vec<Span>> = if s.trace_ids.is_empty() {
-        crate::api::with_timeout(&state, Api::Jaeger, state.store.search(&s.query)).await?
+        crate::api::search(&state, Api::Jaeger, s.query.clone()).await?
     } else {
         let mut out = Vec::new();
         for id in &s.trace_ids {

@@ -125,8 +125,11 @@ async fn metrics_text(State(state): State<AppState>) -> Response {
     text.push_str(&state.control.render_metrics());
     text.push_str(&format!(
         "# HELP weft_sql_running POST /api/sql queries running now (at most --sql-concurrency).\n\
-         # TYPE weft_sql_running gauge\nweft_sql_running {}\n",
-        state.sql_running()
+         # TYPE weft_sql_running gauge\nweft_sql_running {}\n\
+         # HELP weft_reads_running Read API requests whose store work runs now (at most --read-concurrency).\n\
+         # TYPE weft_reads_running gauge\nweft_reads_running {}\n",
+        state.sql_running(),
+        state.reads_running()
     ));
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut()

@@ -17,7 +17,7 @@
 //! waits for either. Bounded: [`MAX_QUERIES`] queries (the oldest ended ones go first),
 //! [`MAX_WINDOWS`] closed and [`MAX_OPEN_WINDOWS`] open windows each (a partial for a window
 //! that cannot have started yet is refused and counted), [`MAX_SCHEMAS`] tracepoint schemas,
-//! `control::MAX_AGENTS` agents (the stalest go first).
+//! `ServerConfig::max_agents` agents (the stalest go first).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -559,7 +559,7 @@ async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
                 }
             }
         }
-        if !inner.agents.contains_key(&req.agent) && inner.agents.len() >= crate::control::MAX_AGENTS {
+        if !inner.agents.contains_key(&req.agent) && inner.agents.len() >= c.max_agents {
             let stalest = inner.agents.iter().min_by_key(|(_, a)| a.last_seen).map(|(k, _)| k.clone());
             if let Some(k) = stalest {
                 inner.agents.remove(&k);

@@ -329,6 +329,12 @@ impl Metrics {
             l(&m.wal_records_quarantined),
         );
         one(
+            "weft_wal_reopened_total",
+            "counter",
+            "Times the WAL went on in a new file after a failed write or fsync (a full disk), acknowledging again.",
+            l(&m.wal_reopened),
+        );
+        one(
             "weft_store_appends_too_large_total",
             "counter",
             "Appends refused alone for exceeding the per-append limit (nothing written).",

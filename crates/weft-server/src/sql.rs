@@ -13,8 +13,10 @@
 //! own, so a heavy query cannot starve the receivers; a query past
 //! [`ServerConfig::query_timeout`](crate::ServerConfig::query_timeout) is cancelled (504); a
 //! result past [`ServerConfig::sql_max_bytes`](crate::ServerConfig::sql_max_bytes) is refused
-//! (400); DataFusion's memory pool (`StoreConfig::query_memory_bytes`) bounds what the queries
-//! hold while they run.
+//! (400); each query may hold at most
+//! [`ServerConfig::sql_query_memory`](crate::ServerConfig::sql_query_memory) of DataFusion's
+//! memory pool (`StoreConfig::query_memory_bytes`, shared by all queries) while it runs (sorts
+//! spill at it; past it anything else fails, 400 naming the limit).
 
 use std::time::Instant;
 
@@ -86,32 +88,27 @@ async fn run(
         return Err(ApiError::bad_request(format!("format {format:?}: use json, csv or table")));
     }
     let Ok(_slot) = state.sql_slots.clone().try_acquire_owned() else {
-        state.metrics.query_error(Api::Sql);
-        let mut r = ApiError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            message: format!(
+        return Err(crate::api::busy(
+            &state,
+            Api::Sql,
+            format!(
                 "{} SQL queries are running already (weft serve --sql-concurrency); retry later",
                 state.config.sql_concurrency
             ),
-        }
-        .into_response();
-        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(1));
-        return Ok(r);
+        ));
     };
     let start = Instant::now();
     let limit = max_rows.unwrap_or(state.config.sql_max_rows).min(state.config.sql_max_rows);
-    // On the SQL runtime; past the timeout the task is aborted, which drops DataFusion's
-    // streams and so cancels their work.
-    let (store, q, max_bytes) = (state.store.clone(), query.to_owned(), state.config.sql_max_bytes);
-    let task = state.sql_runtime.spawn(async move { store.sql_bounded(&q, limit, max_bytes).await });
-    let abort = task.abort_handle();
-    let joined = async {
-        task.await
-            .unwrap_or_else(|e| Err(weft_store::StoreError::Query(format!("the query task failed: {e}"))))
+    let limits = weft_store::SqlLimits {
+        max_rows: limit,
+        max_bytes: state.config.sql_max_bytes,
+        max_memory: state.config.sql_query_memory,
+        memory_setting: "weft serve --sql-query-memory",
     };
-    let res = crate::api::with_timeout(&state, Api::Sql, joined).await;
-    abort.abort();
-    let res = res?;
+    let (store, q) = (state.store.clone(), query.to_owned());
+    let res =
+        crate::api::on_sql_runtime(&state, Api::Sql, async move { store.sql_bounded(&q, &limits).await })
+            .await?;
     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
     let (body, ct): (Vec<u8>, &'static str) = match format {
         "csv" => (render::to_csv(&res.schema, &res.batches).into_bytes(), "text/csv; charset=utf-8"),

@@ -46,6 +46,15 @@ pub struct ServerConfig {
     pub sql_max_bytes: usize,
     /// `POST /api/sql` queries running at once; more get 503 with `Retry-After`.
     pub sql_concurrency: usize,
+    /// Read API requests (searches, trace reads, the UI's queries) whose store work runs at
+    /// once, on the SQL runtime, apart from `sql_concurrency`'s slots; more get 503
+    /// (`--read-concurrency`).
+    pub read_concurrency: usize,
+    /// Spans a trace read, a search or `traceMany` returns at most (`--read-max-spans`).
+    pub read_max_spans: usize,
+    /// Bytes of the store's query memory pool one `POST /api/sql` query may hold while it runs
+    /// (sorts spill at it; anything else fails the query, 400 naming the limit).
+    pub sql_query_memory: usize,
     /// Keys `GET /api/v2/autocompleteKeys` offers (Zipkin's `AUTOCOMPLETE_KEYS`).
     pub autocomplete_keys: Vec<String>,
     /// Bearer token of the control API (`/api/control/*`); `None` disables it.
@@ -54,6 +63,8 @@ pub struct ServerConfig {
     /// a request naming another host is refused (403), so a web page cannot reach the server
     /// through DNS rebinding (which needs a name). `*` allows any.
     pub allowed_hosts: Vec<String>,
+    /// Agents the control API remembers at most; past it the stalest is forgotten (counted).
+    pub max_agents: usize,
     /// EXIST's coverage optimizer, service priorities and anomaly rules.
     pub exist: ExistConfig,
 }
@@ -88,6 +99,9 @@ impl Default for ServerConfig {
             sql_max_rows: 10_000,
             sql_max_bytes: 64 << 20,
             sql_concurrency: 4,
+            sql_query_memory: 256 << 20,
+            read_concurrency: 8,
+            read_max_spans: 200_000,
             autocomplete_keys: vec![
                 "http.request.method".into(),
                 "http.route".into(),
@@ -98,6 +112,7 @@ impl Default for ServerConfig {
             control_token: None,
             allowed_hosts: Vec::new(),
             exist: ExistConfig::default(),
+            max_agents: crate::control::MAX_AGENTS,
         }
     }
 }
@@ -121,8 +136,10 @@ pub struct Shared {
     pub(crate) inflight: Arc<Semaphore>,
     /// Slots of `POST /api/sql` queries running at once.
     pub(crate) sql_slots: Arc<Semaphore>,
-    /// The runtime `POST /api/sql` queries run on, apart from the receivers' (a heavy query
-    /// cannot take the workers ingest needs).
+    /// Slots of the read APIs' store work running at once.
+    pub(crate) read_slots: Arc<Semaphore>,
+    /// The runtime `POST /api/sql` queries and the read APIs' store work run on, apart from the
+    /// receivers' (a heavy query cannot take the workers ingest needs).
     pub(crate) sql_runtime: SqlRuntime,
     /// Traces the UI prepared recently (see `ui::view`).
     pub ui_cache: crate::ui::view::TraceCache,
@@ -141,6 +158,11 @@ impl AppState {
         self.config.sql_concurrency.clamp(1, Semaphore::MAX_PERMITS) - self.sql_slots.available_permits()
     }
 
+    /// Read API requests whose store work runs now.
+    pub fn reads_running(&self) -> usize {
+        self.config.read_concurrency.clamp(1, Semaphore::MAX_PERMITS) - self.read_slots.available_permits()
+    }
+
     /// KiB of the in-flight budget free now.
     pub fn inflight_available(&self) -> usize {
         self.inflight.available_permits()
@@ -153,12 +175,14 @@ impl AppState {
         AppState(Arc::new(Shared {
             sql_runtime: SqlRuntime::new(),
             sql_slots,
+            read_slots: Arc::new(Semaphore::new(config.read_concurrency.clamp(1, Semaphore::MAX_PERMITS))),
             store,
             metrics: Metrics::default(),
             inflight: Arc::new(Semaphore::new(permits)),
             ui_cache: Default::default(),
             control: crate::control::ControlHub::with_exist(
                 config.control_token.clone(),
+                config.max_agents,
                 config.exist.clone(),
             ),
             config,

@@ -9,7 +9,7 @@
 //! | `GET /api/v2/remoteServices?serviceName=` | `peer.service` values of a service's spans |
 //! | `GET /api/v2/traces?serviceName&remoteServiceName&spanName&annotationQuery&minDuration&maxDuration&endTs&lookback&limit` | matching traces, newest first |
 //! | `GET /api/v2/trace/{traceId}` | one trace (404 when unknown) |
-//! | `GET /api/v2/traceMany?traceIds=a,b` | several traces (unknown ids are left out) |
+//! | `GET /api/v2/traceMany?traceIds=a,b` | several traces (unknown ids are left out; at most [`MAX_TRACE_MANY_IDS`] ids) |
 //! | `GET /api/v2/dependencies?endTs&lookback` | service links in the window |
 //! | `GET /api/v2/autocompleteKeys`, `autocompleteValues?key=` | searchable tag keys / values |
 //!
@@ -29,6 +29,9 @@ use weft_model::{Span, TraceId};
 use weft_store::TraceQuery;
 
 use crate::api::{ApiError, json_bytes};
+
+/// Trace ids one `traceMany` request may ask for.
+pub const MAX_TRACE_MANY_IDS: usize = 1000;
 use crate::ingest::{self, IngestError};
 use crate::metrics::{Api, Receiver};
 use crate::params::{self, ParamError, Params};
@@ -221,7 +224,7 @@ async fn traces(State(state): State<AppState>, Query(p): Query<Params>) -> Resul
     let _t = state.metrics.time(Api::Zipkin);
     let q = trace_query(&p)?;
     let adj = adjust(&p)?;
-    let found = crate::api::with_timeout(&state, Api::Zipkin, state.store.search(&q)).await?;
+    let found = crate::api::search(&state, Api::Zipkin, q).await?;
     let found: Vec<Vec<Span>> = found.into_iter().map(|t| maybe_adjust(t, adj)).collect();
     Ok(zipkin_json(encode_traces(&found)))
 }
@@ -245,14 +248,17 @@ async fn trace_many(State(state): State<AppState>, Query(p): Query<Params>) -> R
     let _t = state.metrics.time(Api::Zipkin);
     let ids = required(&p, "traceIds")?;
     let adj = adjust(&p)?;
-    let mut out = Vec::new();
+    let mut tids = Vec::new();
     for id in ids.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let tid = params::trace_id_param("traceIds", id)?;
-        let t = crate::api::trace(&state, Api::Zipkin, tid).await?;
-        if !t.is_empty() {
-            out.push(maybe_adjust(t, adj));
+        if tids.len() == MAX_TRACE_MANY_IDS {
+            return Err(ApiError::bad_request(format!(
+                "traceIds: more than {MAX_TRACE_MANY_IDS} trace ids; ask in several requests"
+            )));
         }
+        tids.push(params::trace_id_param("traceIds", id)?);
     }
+    let out = crate::api::traces(&state, Api::Zipkin, tids).await?;
+    let out: Vec<Vec<Span>> = out.into_iter().map(|t| maybe_adjust(t, adj)).collect();
     Ok(zipkin_json(encode_traces(&out)))
 }
 

@@ -35,6 +35,9 @@ pub struct StoreConfig {
     pub compaction_min_inputs: usize,
     /// ...into segments of at most this many Arrow bytes.
     pub compaction_target_bytes: u64,
+    /// After a failed WAL write or fsync (a full disk), how often the background thread tries
+    /// to go on in a new WAL file; appends are refused until it succeeds.
+    pub wal_retry_interval: Duration,
     /// How often the background thread applies retention and compaction.
     pub maintenance_interval: Duration,
     /// Parquet writing options.
@@ -63,6 +66,7 @@ impl StoreConfig {
             compaction_small_bytes: 16 << 20,
             compaction_min_inputs: 4,
             compaction_target_bytes: 64 << 20,
+            wal_retry_interval: Duration::from_secs(1),
             maintenance_interval: Duration::from_secs(10),
             write: WriteOptions::default(),
             query_memory_bytes: 1 << 30,

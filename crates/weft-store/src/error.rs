@@ -27,7 +27,8 @@ pub enum StoreError {
         /// The configured limit.
         limit_bytes: usize,
     },
-    /// A write failed earlier (e.g. fsync): the store refuses writes to avoid silent loss.
+    /// A WAL write or fsync failed earlier (e.g. a full disk): the store refuses writes to
+    /// avoid silent loss until its WAL goes on in a new file.
     #[error("store is read-only after a write failure: {0}")]
     Poisoned(String),
     /// One append is larger than the store takes at once: refused alone, before anything was

@@ -22,8 +22,12 @@
 //!   torn tail is truncated, counted and logged; a bad record with valid ones after it is
 //!   copied to `quarantine/`, counted and logged, and replay goes on. A missing manifest next
 //!   to segment files refuses the open (nothing is deleted).
-//! * **Write failures are sticky**: after a failed WAL write or fsync nothing more is
-//!   acknowledged ([`StoreError::Poisoned`]) until the store is reopened.
+//! * **Write failures are sticky until the WAL starts afresh**: after a failed WAL write or
+//!   fsync nothing more is acknowledged ([`StoreError::Poisoned`]) until the background thread
+//!   has cut the broken WAL file back to its last whole record and opened a new one (retried
+//!   every [`StoreConfig::wal_retry_interval`], e.g. until a full disk has room again; the
+//!   broken file's rows are flushed from memory). Appends waiting for the failed fsync are
+//!   never acknowledged.
 //! * **Bounded memory**: past [`StoreConfig::max_buffer_bytes`] of buffered data (flushing
 //!   cannot keep up), appends fail with [`StoreError::Overloaded`] — receivers turn that into
 //!   429/503 with Retry-After and count the drop.
@@ -57,6 +61,7 @@ pub mod manifest;
 mod memtable;
 mod metrics;
 mod query;
+mod query_memory;
 mod read;
 pub mod render;
 mod resources;
@@ -85,7 +90,7 @@ pub use error::{Result, StoreError};
 pub use manifest::{FileMeta, Manifest, SegmentMeta};
 pub use metrics::{Metrics, StoreStats};
 pub use query::sql_str;
-pub use read::SqlResult;
+pub use read::{SqlLimits, SqlResult};
 pub use search::{TraceQuery, search_sql};
 pub use segment::WriteOptions;
 pub use wal::FsyncPolicy;

@@ -38,6 +38,9 @@ pub struct Metrics {
     pub appends_too_large: AtomicU64,
     /// Bad WAL records kept aside (copied to `quarantine/`) and skipped on open.
     pub wal_records_quarantined: AtomicU64,
+    /// Times the WAL went on in a new file after a failed write or fsync (acknowledgements
+    /// resumed without a restart).
+    pub wal_reopened: AtomicU64,
 }
 
 /// A point-in-time view of the store's size.

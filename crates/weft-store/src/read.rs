@@ -6,13 +6,28 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
 use futures::StreamExt;
 use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
 use crate::query::{Snapshot, SnapshotTable};
+use crate::query_memory::QueryMemory;
 use crate::{RecordBatch, Store, arrow_rows, batches_to_spans, dedup, memtable, resources, schema};
+
+/// What one query may return and hold ([`Store::sql_bounded`]).
+#[derive(Debug, Clone)]
+pub struct SqlLimits {
+    /// Rows returned at most (`truncated` says when more existed).
+    pub max_rows: usize,
+    /// Arrow bytes the result may hold.
+    pub max_bytes: usize,
+    /// Bytes of the store's memory pool the query may hold while it runs.
+    pub max_memory: usize,
+    /// The setting that sets `max_memory`, named in the error past it.
+    pub memory_setting: &'static str,
+}
 
 /// Result of a SQL query.
 #[derive(Debug, Clone)]
@@ -81,11 +96,25 @@ impl Store {
     /// `span_links`, `events`. The snapshot (and the segment files it names) lives as long as
     /// the context.
     pub fn session(&self) -> Result<SessionContext> {
+        self.session_in(self.inner.runtime.clone())
+    }
+
+    /// [`Store::session`] whose queries may hold at most `max_memory` bytes of the shared
+    /// memory pool between them (`setting` names the limit in the error past it).
+    pub fn session_bounded(&self, max_memory: usize, setting: &'static str) -> Result<SessionContext> {
+        let shared = &self.inner.runtime;
+        let pool = QueryMemory::new(shared.memory_pool.clone(), max_memory, setting);
+        let runtime =
+            RuntimeEnvBuilder::from_runtime_env(shared).with_memory_pool(Arc::new(pool)).build_arc()?;
+        self.session_in(runtime)
+    }
+
+    fn session_in(&self, runtime: Arc<RuntimeEnv>) -> Result<SessionContext> {
         let snap = self.snapshot()?;
         let config = SessionConfig::new()
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
             .with_information_schema(true);
-        let ctx = SessionContext::new_with_config_rt(config, self.inner.runtime.clone());
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
         for (t, name) in schema::TABLE_NAMES.iter().enumerate() {
             let table = SnapshotTable { snapshot: snap.clone(), table: t, schema: schema::schema_of(t) };
             ctx.register_table(*name, Arc::new(table))?;
@@ -96,14 +125,25 @@ impl Store {
     /// Runs one read-only SQL statement (no DDL, DML or `SET`); at most `max_rows` rows are
     /// returned (`truncated` says whether more existed).
     pub async fn sql(&self, sql: &str, max_rows: usize) -> Result<SqlResult> {
-        self.sql_bounded(sql, max_rows, usize::MAX).await
+        self.sql_in(self.session()?, sql, max_rows, usize::MAX).await
     }
 
-    /// [`Store::sql`] whose result may also hold at most `max_bytes` of Arrow memory: a query
-    /// whose rows so far take more fails with [`StoreError::Query`] naming the limit (one row
-    /// can be huge: `repeat('x', 100000000)`).
-    pub async fn sql_bounded(&self, sql: &str, max_rows: usize, max_bytes: usize) -> Result<SqlResult> {
-        let ctx = self.session()?;
+    /// [`Store::sql`] bounded by `limits`: the result may hold at most `max_bytes` of Arrow
+    /// memory (one row can be huge: `repeat('x', 100000000)`), and the query at most
+    /// `max_memory` of the shared memory pool while it runs; past either it fails with
+    /// [`StoreError::Query`] naming the limit.
+    pub async fn sql_bounded(&self, sql: &str, limits: &SqlLimits) -> Result<SqlResult> {
+        let ctx = self.session_bounded(limits.max_memory, limits.memory_setting)?;
+        self.sql_in(ctx, sql, limits.max_rows, limits.max_bytes).await
+    }
+
+    async fn sql_in(
+        &self,
+        ctx: SessionContext,
+        sql: &str,
+        max_rows: usize,
+        max_bytes: usize,
+    ) -> Result<SqlResult> {
         let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
         let df = ctx.sql_with_options(sql, opts).await.map_err(|e| StoreError::Query(e.to_string()))?;
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());

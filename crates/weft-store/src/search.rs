@@ -53,12 +53,29 @@ impl Store {
 
     /// Traces matching `q` (each ordered by start time), newest first.
     pub async fn search(&self, q: &TraceQuery) -> Result<Vec<Vec<Span>>> {
+        self.search_bounded(q, usize::MAX).await
+    }
+
+    /// [`Store::search`] returning only as many traces (newest first) as hold at most
+    /// `max_spans` spans together; fails naming the limit when the newest alone holds more.
+    pub async fn search_bounded(&self, q: &TraceQuery, max_spans: usize) -> Result<Vec<Vec<Span>>> {
         let ids = self.search_trace_ids(q).await?;
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::with_capacity(ids.len());
+            let mut n = 0usize;
             for id in ids {
                 let t = store.trace(id)?;
+                if n + t.len() > max_spans {
+                    if out.is_empty() {
+                        return Err(StoreError::Query(format!(
+                            "the newest matching trace holds {} spans, more than the limit of {max_spans} spans",
+                            t.len()
+                        )));
+                    }
+                    break;
+                }
+                n += t.len();
                 if !t.is_empty() {
                     out.push(t);
                 }

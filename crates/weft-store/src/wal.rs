@@ -30,11 +30,16 @@
 //! of the scan is bounded). Only the tail is cut: a record torn by a crash (never
 //! acknowledged), or bad records with nothing valid after them (kept aside first).
 //!
-//! A failed write or fsync is sticky: the kernel may drop the dirty pages of a failed fsync
-//! and report the next one as a success, so after one failure nothing more is acknowledged
-//! (appends, waiting group-commit members and rotations fail) until the WAL is reopened.
+//! A failed write or fsync is sticky for its file: the kernel may drop the dirty pages of a
+//! failed fsync and report the next one as a success, so after one failure nothing more is
+//! acknowledged (appends, waiting group-commit members and rotations fail) until the WAL goes
+//! on in a new file ([`WalWriter::reopen`], which the store retries in the background, e.g.
+//! once a full disk has room again). The broken file is first cut back to its last whole
+//! record (what a failed write left of its record is gone, never replayed); an append waiting
+//! for the broken file's fsync is still refused afterwards.
 //! Files are written through [`WalFiles`] / [`WalIo`], the seam tests inject failures with.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -237,6 +242,8 @@ pub trait WalIo: Send + Sync {
     fn write_all(&self, buf: &[u8]) -> std::io::Result<()>;
     /// Makes everything written so far durable (`fdatasync`).
     fn sync_data(&self) -> std::io::Result<()>;
+    /// Cuts the file to `len` bytes (what a failed write left past the last whole record).
+    fn set_len(&self, len: u64) -> std::io::Result<()>;
 }
 
 impl WalIo for File {
@@ -246,6 +253,9 @@ impl WalIo for File {
     }
     fn sync_data(&self) -> std::io::Result<()> {
         File::sync_data(self)
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        File::set_len(self, len)
     }
 }
 
@@ -343,6 +353,26 @@ impl WalWriter {
         sync.advance_file(id);
         Ok(())
     }
+
+    /// After a failed write or fsync: cuts the current file back to its last whole record and
+    /// goes on in a new file `id` (the caller keeps the rows of the broken file in memory until
+    /// they are flushed). Fails, changing nothing, while the file system still refuses (a full
+    /// disk); `sync` then still refuses acknowledgements.
+    pub fn reopen(&mut self, id: u64, sync: &WalSync) -> Result<()> {
+        let f = &self.current;
+        let whole = f.written.load(Ordering::Acquire);
+        f.file.set_len(whole).map_err(io_err("truncate", &f.path))?;
+        // What an earlier attempt may have left: nothing in it was ever acknowledged.
+        let path = wal_path(&self.dir, id);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err("remove", &path)(e)),
+            _ => {}
+        }
+        let next = Self::new_file(&*self.files, &self.dir, id)?;
+        let old = std::mem::replace(&mut self.current, Arc::new(next));
+        sync.reopened(old.id, id);
+        Ok(())
+    }
 }
 
 #[derive(Default)]
@@ -354,6 +384,9 @@ struct SyncState {
     /// failed fsync the kernel may have dropped the dirty pages and report the next fsync as
     /// a success, so a retry proves nothing.)
     failed: Option<String>,
+    /// Files left behind by [`WalWriter::reopen`]: how far each was fsynced before its failure,
+    /// and the failure. Forgotten once a flush made their rows durable elsewhere.
+    broken: BTreeMap<u64, (u64, String)>,
 }
 
 /// Group-commit bookkeeping: what has been made durable.
@@ -392,6 +425,24 @@ impl WalSync {
         }
     }
 
+    /// The WAL went on in file `new` after `old` failed: `old`'s unsynced records are never
+    /// confirmed durable by an fsync; acknowledgements resume in `new`.
+    fn reopened(&self, old: u64, new: u64) {
+        let mut st = self.state.lock();
+        let synced = if st.file_id == old { st.synced } else { 0 };
+        let why = st.failed.take().unwrap_or_else(|| "an earlier WAL write failed".into());
+        st.broken.insert(old, (synced, why));
+        st.file_id = new;
+        st.synced = 0;
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// Files up to `upto` are flushed: their rows are durable in a segment.
+    pub fn forget_broken(&self, upto: u64) {
+        self.state.lock().broken.retain(|id, _| *id > upto);
+    }
+
     fn mark_synced(&self, file_id: u64, upto: u64) {
         let mut st = self.state.lock();
         if st.file_id == file_id && upto > st.synced {
@@ -416,6 +467,9 @@ impl WalSync {
     pub fn sync_to(&self, f: &WalFile, upto: u64) -> Result<()> {
         let mut st = self.state.lock();
         loop {
+            if let Some((synced, why)) = st.broken.get(&f.id) {
+                return if upto <= *synced { Ok(()) } else { Err(StoreError::Poisoned(why.clone())) };
+            }
             if st.file_id > f.id || (st.file_id == f.id && st.synced >= upto) {
                 return Ok(());
             }
@@ -448,7 +502,13 @@ impl WalSync {
         if policy != FsyncPolicy::Never {
             return self.sync_to(f, upto);
         }
-        self.check()?;
+        {
+            let st = self.state.lock();
+            if let Some((_, why)) = st.broken.get(&f.id) {
+                return Err(StoreError::Poisoned(why.clone()));
+            }
+            Self::refuse(&st)?;
+        }
         f.file.sync_data().map_err(|e| self.fail(io_err("fsync", &f.path)(e)))
     }
 
@@ -847,6 +907,31 @@ mod tests {
         encode_events(&cur, &mut p).unwrap();
         let WalRecord::Events(again) = decode_record(&p).unwrap() else { panic!("not events") };
         assert_eq!(again, cur);
+    }
+
+    /// After [`WalWriter::reopen`] the broken file's unsynced records are never confirmed
+    /// durable (an fsync of it now could succeed over pages the failed one dropped); the new
+    /// file's are.
+    #[test]
+    fn a_reopened_wal_never_confirms_the_broken_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, sync) = writer(dir.path(), 1);
+        let mut payload = Vec::new();
+        encode_spans(&batches(5), &mut payload).unwrap();
+        let (first, end) = w.append(&payload, &sync).unwrap();
+        sync.sync_to(&first, end).unwrap();
+        let (broken, end2) = w.append(&payload, &sync).unwrap();
+        sync.fail(StoreError::Poisoned("injected".into()));
+        assert!(w.append(&payload, &sync).is_err());
+        w.reopen(2, &sync).unwrap();
+        assert!(sync.sync_to(&broken, end).is_ok(), "synced before the failure");
+        assert!(matches!(sync.sync_to(&broken, end2), Err(StoreError::Poisoned(_))));
+        assert!(sync.sync_append(&broken, end2, FsyncPolicy::Never).is_err());
+        let (f, end3) = w.append(&payload, &sync).unwrap();
+        assert_eq!(f.id, 2);
+        sync.sync_to(&f, end3).unwrap();
+        sync.forget_broken(1);
+        assert!(sync.sync_to(&broken, end2).is_ok(), "flushed: durable in a segment");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use weft_model::{SpanId, TraceId, conv};
 use weft_store::{TraceQuery, sql_str};
 
 use super::view::{Prepared, relation};
-use crate::api::{ApiError, json_bytes, with_timeout};
+use crate::api::{ApiError, json_bytes};
 use crate::metrics::Api;
 use crate::params::{self, ParamError, Params};
 use crate::state::AppState;
@@ -59,7 +59,7 @@ fn hex_lit(h: &str) -> String {
 
 /// Runs SQL; returns its rows as JSON arrays.
 async fn rows(state: &AppState, sql: &str, max: usize) -> Result<Vec<Vec<J>>, ApiError> {
-    let r = with_timeout(state, Api::Other, state.store.sql(sql, max)).await?;
+    let r = crate::api::sql(state, Api::Other, sql.to_owned(), max).await?;
     let j = weft_store::render::to_json(&r.schema, &r.batches);
     Ok(match j.get("rows") {
         Some(J::Array(rows)) => rows.iter().map(|r| r.as_array().cloned().unwrap_or_default()).collect(),
@@ -218,7 +218,9 @@ async fn search(State(state): State<AppState>, Query(p): Query<Params>) -> Resul
     let _t = state.metrics.time(Api::Other);
     let t0 = Instant::now();
     let q = search_query(&p)?;
-    let ids = with_timeout(&state, Api::Other, state.store.search_trace_ids(&q)).await?;
+    let ids =
+        crate::api::read(&state, Api::Other, move |store| async move { store.search_trace_ids(&q).await })
+            .await?;
     if ids.is_empty() {
         return Ok(json(&json!({"traces": [], "elapsedMs": t0.elapsed().as_secs_f64() * 1e3})));
     }

@@ -250,18 +250,22 @@ fn requests_naming_another_host_are_refused() {
     assert_eq!(get_with_host(&any, "attacker.example", "/api/status"), 200);
 }
 
-/// Issue 18: agents are remembered up to MAX_AGENTS (keyed by input: the report's name); past
+/// Issue 18: agents are remembered up to `max_agents` (keyed by input: the report's name); past
 /// it the stalest are forgotten, counted.
 #[test]
 fn remembered_agents_are_bounded_and_evictions_counted() {
-    let s = server();
-    let n = weft_server::control::MAX_AGENTS + 3;
+    let max = 16;
+    let s = TestServer::with(|_, cfg| {
+        cfg.control_token = Some(TOKEN.into());
+        cfg.max_agents = max;
+    });
+    let n = max + 3;
     for i in 0..n {
         let rep = AgentReport { agent: format!("node-{i}"), host: "h".into(), ..AgentReport::default() };
         let (st, _, _) = s.post("/api/agents/report", &[JSON, AUTH], &serde_json::to_vec(&rep).unwrap());
         assert_eq!(st, 204);
     }
-    assert_eq!(s.metric("weft_agents "), weft_server::control::MAX_AGENTS as f64);
+    assert_eq!(s.metric("weft_agents "), max as f64);
     assert_eq!(s.metric("weft_agents_evicted_total"), 3.0);
 }
 

@@ -380,9 +380,12 @@ impl weft_store::wal::WalIo for SyncSeamFile {
         }
         self.0.sync_data()
     }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
 }
 
-/// A store that refuses writes after a failed fsync (until an operator reopens it) is a
+/// A store that refuses writes after a failed fsync (until its WAL can go on in a new file) is a
 /// server-side condition a client should retry later: 503 with `Retry-After` (not 500, which
 /// OTLP clients drop), gRPC UNAVAILABLE; nothing is acknowledged.
 #[test]

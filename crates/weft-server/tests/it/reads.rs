@@ -1,6 +1,6 @@
 //! Read APIs: Zipkin v2, Jaeger api_v3, SQL, metrics — against data sent through receivers.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use weft_model::codec::{otlp, zipkin};
 use weft_model::{Span, SpanKind, StatusCode, conv};
@@ -326,4 +326,93 @@ fn sql_is_bounded_in_bytes_time_and_concurrency() {
     // the slot is free again
     let (st, _, _) = s.post("/api/sql", &[], b"SELECT 1");
     assert_eq!(st, 200);
+}
+
+/// Issue 18: one SQL query holds at most `--sql-query-memory` of the shared pool: a join whose
+/// build side needs more gets 400 naming the flag, and the server takes the next query.
+#[test]
+fn one_sql_query_holds_at_most_its_own_memory() {
+    let s = TestServer::with(|_, c| c.sql_query_memory = 64 << 10);
+    load(&s, 2000);
+    let (st, _, body) =
+        s.post("/api/sql", &[], b"SELECT count(*) FROM spans a JOIN spans b ON a.span_id = b.span_id");
+    let body = String::from_utf8_lossy(&body).into_owned();
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("memory limit of 65536 bytes") && body.contains("--sql-query-memory"), "{body}");
+    let (st, _, _) = s.post("/api/sql", &[], b"SELECT count(*) FROM spans");
+    assert_eq!(st, 200);
+}
+
+/// Issue 18: the read APIs' store work runs on the SQL runtime in slots of its own: while a
+/// heavy read (`traceMany` of a thousand traces) holds the only read slot, another read gets
+/// 503 with `Retry-After`, while `/api/sql` (its own slots) answers and ingest acknowledges.
+/// `traceMany` takes at most `MAX_TRACE_MANY_IDS` ids and returns at most `read_max_spans`.
+#[test]
+fn heavy_reads_have_their_own_slots_and_do_not_stop_ingest() {
+    let s = TestServer::with(|_, c| {
+        c.read_concurrency = 1;
+        c.read_max_spans = 1_000_000;
+    });
+    let mut ids = BTreeSet::new();
+    for seed in 0..8 {
+        let sent = spans(100 + seed, 2500);
+        ids.extend(sent.iter().map(|sp| sp.trace_id.to_string()));
+        let (st, _, _) =
+            s.post("/v1/traces", &[("Content-Type", "application/x-protobuf")], &otlp::encode_proto(&sent));
+        assert_eq!(st, 200);
+    }
+    let many: Vec<String> = ids.iter().take(weft_server::zipkin::MAX_TRACE_MANY_IDS).cloned().collect();
+    let heavy_url = s.url(&format!("/api/v2/traceMany?traceIds={}", many.join(",")));
+    let mut refused = None;
+    for _ in 0..20 {
+        let url = heavy_url.clone();
+        let heavy = std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+            agent.get(&url).call().unwrap().status().as_u16()
+        });
+        while s.metric("weft_reads_running") < 1.0 && !heavy.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let r = s.agent.get(&s.url("/api/v2/traces?limit=10")).call().unwrap();
+        let st = r.status().as_u16();
+        let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if st == 503 {
+            // Meanwhile SQL has its own slots and ingest is not held up.
+            let (sql, _, _) = s.post("/api/sql", &[], b"SELECT count(*) FROM spans");
+            let (acked, _, _) = s.post(
+                "/v1/traces",
+                &[("Content-Type", "application/x-protobuf")],
+                &otlp::encode_proto(&spans(99, 50)),
+            );
+            refused = Some((retry, sql, acked));
+        }
+        assert_eq!(heavy.join().unwrap(), 200);
+        if refused.is_some() {
+            break;
+        }
+    }
+    let (retry, sql, acked) = refused.expect("the heavy read never held the read slot when probed");
+    assert_eq!(retry.as_deref(), Some("1"));
+    assert_eq!((sql, acked), (200, 200));
+    // Bounds: too many ids, too many spans.
+    let too_many: Vec<String> =
+        ids.iter().take(weft_server::zipkin::MAX_TRACE_MANY_IDS + 1).cloned().collect();
+    let (st, body) = s.get(&format!("/api/v2/traceMany?traceIds={}", too_many.join(",")));
+    assert_eq!(st, 400, "{body}");
+    let small = TestServer::with(|_, c| c.read_max_spans = 10);
+    let sent = load(&small, 200);
+    let mut per_trace: BTreeMap<weft_model::TraceId, usize> = BTreeMap::new();
+    for sp in &sent {
+        *per_trace.entry(sp.trace_id).or_default() += 1;
+    }
+    let (tid, n) = per_trace.into_iter().max_by_key(|(_, n)| *n).unwrap();
+    assert!(n > 10, "{n}");
+    let (st, body) = small.get(&format!("/api/v2/traceMany?traceIds={tid}"));
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("--read-max-spans"), "{body}");
+    let (st, body) = small.get("/api/v2/traces?limit=100");
+    assert_eq!(st, 200, "{body}");
+    let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let spans_back: usize = got.as_array().unwrap().iter().map(|t| t.as_array().unwrap().len()).sum();
+    assert!(spans_back <= 10, "{spans_back} spans past read_max_spans");
 }

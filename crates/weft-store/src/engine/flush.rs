@@ -47,6 +47,7 @@ impl Inner {
                 st.frozen.pop_front();
                 st.segments.push(seg);
             }
+            self.sync.forget_broken(wal_upto);
             for (wid, path) in wal::list_wal_files(&self.wal_dir)? {
                 if wid <= wal_upto
                     && let Err(e) = std::fs::remove_file(&path)

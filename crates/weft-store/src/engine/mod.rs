@@ -2,7 +2,8 @@
 //! live segments, manifest), the background threads and the jobs they run.
 //!
 //! * [`open`] — locking the directory, dropping leftovers, replaying the WAL;
-//! * [`write`] — the acknowledged write path: WAL append, buffer, freezing;
+//! * [`write`] — the acknowledged write path: WAL append, buffer, freezing, a new WAL file
+//!   after a failed write (retried by the background thread every `wal_retry_interval`);
 //! * [`flush`] — frozen buffers become segments;
 //! * [`retention`] — segments deleted by age and total size;
 //! * [`compact`] — runs of small segments merged into larger ones.
@@ -169,24 +170,36 @@ impl Inner {
     fn background(&self) {
         let mut last_maint = Instant::now();
         let mut backoff = Duration::from_millis(0);
+        let mut wal_retry = Instant::now();
         loop {
             {
+                let mut wait = Duration::from_millis(500).max(backoff);
+                if self.poisoned.lock().is_some() {
+                    wait = wait.min(wal_retry.saturating_duration_since(Instant::now()));
+                }
                 let (m, cv) = &self.wake;
                 let mut woken = m.lock();
                 if !*woken {
-                    cv.wait_for(&mut woken, Duration::from_millis(500).max(backoff));
+                    cv.wait_for(&mut woken, wait);
                 }
                 *woken = false;
             }
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
+            if self.poisoned.lock().is_some() && Instant::now() >= wal_retry {
+                wal_retry = Instant::now() + self.cfg.wal_retry_interval;
+                if let Err(e) = self.reopen_wal() {
+                    tracing::debug!(error = %e, "the WAL cannot go on in a new file yet; will retry");
+                }
+            }
             let old = {
                 let st = self.state.read();
                 st.active.first_append.is_some_and(|t| t.elapsed() >= self.cfg.flush_interval)
             };
             if old && let Err(e) = self.freeze() {
-                tracing::error!(error = %e, "freezing the buffer failed");
+                // The WAL's rotation failed: refuse appends until the WAL goes on in a new file.
+                self.poison(e);
             }
             match self.flush_frozen() {
                 Ok(()) => backoff = Duration::ZERO,

@@ -1,5 +1,6 @@
 //! The acknowledged write path: a WAL append (fsynced under [`FsyncPolicy::Always`]), the
-//! rows joining the active buffer, and freezing it when it is full.
+//! rows joining the active buffer, freezing it when it is full, and going on in a new WAL
+//! file after a failed write or fsync.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -59,7 +60,7 @@ impl Inner {
         let mut poisoned = self.poisoned.lock();
         if poisoned.is_none() {
             let msg = e.to_string();
-            tracing::error!(error = %msg, "WAL write failed; the store refuses further writes");
+            tracing::error!(error = %msg, "WAL write failed; the store refuses writes until the WAL goes on in a new file");
             *poisoned = Some(msg);
         }
         e
@@ -103,7 +104,12 @@ impl Inner {
             self.wake_background();
         }
         if fsync || self.cfg.fsync == FsyncPolicy::Always {
-            self.sync.sync_append(&file, end, self.cfg.fsync).map_err(|e| self.poison(e))?;
+            self.sync.sync_append(&file, end, self.cfg.fsync).map_err(|e| match e {
+                // Its file broke and the WAL has gone on in a new one since: this append alone
+                // fails (the failure that broke the file poisoned the store already).
+                e @ StoreError::Poisoned(_) if self.sync.check().is_ok() => e,
+                e => self.poison(e),
+            })?;
         }
         self.metrics.appends.fetch_add(1, Ordering::Relaxed);
         self.metrics.wal_bytes_written.fetch_add(payload.len() as u64 + 8, Ordering::Relaxed);
@@ -119,6 +125,33 @@ impl Inner {
         let mem = std::mem::take(&mut st.active);
         st.frozen.push_back(Frozen { mem: Arc::new(mem), wal_upto: st.active_wal });
         st.active_wal = next;
+        Ok(())
+    }
+
+    /// After a failed WAL write or fsync: cuts the broken WAL file back to its last whole
+    /// record, goes on in a new one and takes appends again. The active buffer holds every
+    /// record of the broken file (a failed write pushed nothing), so it is frozen with it: its
+    /// flush makes those rows durable, and only then is the broken file deleted. Fails, still
+    /// refusing appends, while the file system does (a full disk); the background retries.
+    pub(crate) fn reopen_wal(&self) -> Result<()> {
+        let mut wal = self.wal.lock();
+        let Some(w) = wal.as_mut() else { return Ok(()) };
+        if self.poisoned.lock().is_none() {
+            return Ok(());
+        }
+        let mut st = self.state.write();
+        let next = st.active_wal + 1;
+        w.reopen(next, &self.sync)?;
+        let mem = std::mem::take(&mut st.active);
+        let broken = std::mem::replace(&mut st.active_wal, next);
+        if !mem.is_empty() {
+            st.frozen.push_back(Frozen { mem: Arc::new(mem), wal_upto: broken });
+        }
+        drop(st);
+        if let Some(was) = self.poisoned.lock().take() {
+            tracing::warn!(failure = %was, wal = next, "the WAL goes on in a new file; appends are acknowledged again");
+        }
+        self.metrics.wal_reopened.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

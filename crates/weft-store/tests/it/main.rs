@@ -19,6 +19,7 @@ pub fn config(dir: &std::path::Path) -> StoreConfig {
     c.fsync = FsyncPolicy::Never;
     c.flush_interval = Duration::from_secs(3600);
     c.maintenance_interval = Duration::from_secs(3600);
+    c.wal_retry_interval = Duration::from_secs(3600);
     c.query_memory_bytes = 256 << 20;
     c
 }

@@ -312,3 +312,27 @@ fn a_flush_of_many_appends_is_sorted_and_keeps_event_order() {
     let sent = canon(all.iter().filter(|s| s.trace_id == all[0].trace_id).cloned().collect());
     assert_eq!(back, sent);
 }
+
+/// Issue 18: each bounded query holds at most its own share of the shared memory pool. A join
+/// whose build side needs more than the per-query limit (but far less than the pool) fails
+/// naming the limit; the same query unbounded, and a small one bounded, run.
+#[test]
+fn a_query_past_its_own_memory_limit_fails_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.append(&spans(70, 3000)).unwrap();
+    let join =
+        "SELECT count(*) FROM spans a JOIN spans b ON a.trace_id = b.trace_id AND a.span_id = b.span_id";
+    let limits = |max_memory| weft_store::SqlLimits {
+        max_rows: 10,
+        max_bytes: usize::MAX,
+        max_memory,
+        memory_setting: "the test's limit",
+    };
+    let err = block(store.sql_bounded(join, &limits(64 << 10))).unwrap_err().to_string();
+    assert!(err.contains("memory limit of 65536 bytes") && err.contains("the test's limit"), "{err}");
+    let all = block(store.sql_bounded(join, &limits(usize::MAX))).unwrap();
+    let n = all.batches[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap().value(0);
+    assert!(n >= 3000, "{n}");
+    block(store.sql_bounded("SELECT count(*) FROM spans", &limits(64 << 10))).unwrap();
+}

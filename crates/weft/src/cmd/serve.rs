@@ -97,6 +97,18 @@ pub struct Args {
     /// Largest SQL result (Arrow memory); a larger one is refused (400 naming the limit).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub sql_max_bytes: u64,
+    /// Memory one SQL query may hold while it runs, of the 1 GiB all queries share (sorts spill
+    /// at it; past it anything else fails, 400 naming the flag).
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    pub sql_query_memory: u64,
+    /// Read API requests (searches, trace reads, the UI) whose store work runs at once, apart
+    /// from the SQL slots; more get 503 with Retry-After.
+    #[arg(long, default_value_t = 8)]
+    pub read_concurrency: usize,
+    /// Spans a trace read, a search or traceMany returns at most (a search returns fewer
+    /// traces; a trace read past it gets 400 naming the flag).
+    #[arg(long, default_value_t = 200_000)]
+    pub read_max_spans: usize,
     /// Bearer token that enables the control API (`/api/control/*`: switch tracepoints through
     /// the agents). Without it the control API is off.
     #[arg(long, env = "WEFT_CONTROL_TOKEN", hide_env_values = true)]
@@ -201,6 +213,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         query_timeout: args.query_timeout,
         sql_concurrency: args.sql_concurrency,
         sql_max_bytes: args.sql_max_bytes as usize,
+        sql_query_memory: args.sql_query_memory as usize,
+        read_concurrency: args.read_concurrency,
+        read_max_spans: args.read_max_spans,
         allowed_hosts: args.allow_hosts.clone(),
         control_token: weft_cli::control_token(
             args.control_token.as_deref(),
