@@ -107,8 +107,8 @@ pub struct Collector {
 
 impl Collector {
     /// `base` is `http://host:port` of the collector's query listener, which serves the control
-    /// API (a trailing `/` or `/v1/traces` is ignored). Without `token` only
-    /// [`Collector::report`] works.
+    /// API (a trailing `/` or `/v1/traces` is ignored). Every route of the control API,
+    /// reports included, needs `token`: without one the collector answers 401.
     pub fn new(base: &str, token: Option<String>) -> Collector {
         let b = base.trim_end_matches('/');
         let base = b.strip_suffix("/v1/traces").unwrap_or(b).to_string();
