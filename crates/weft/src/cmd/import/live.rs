@@ -11,7 +11,7 @@
 //! relay daemon goes away (then the import fails after writing what it received).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -68,6 +68,9 @@ fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// Watermarks per batch, from the source to the stage (as many as batches in flight).
+type Marks = Arc<Mutex<std::collections::VecDeque<u64>>>;
+
 /// What the source leaves for the summary when it ends: the reader (its statistics and
 /// traces) and whether Ctrl-C ended it.
 #[derive(Default)]
@@ -81,8 +84,10 @@ struct Ended {
 struct LiveSource {
     url: PathBuf,
     reader: LiveReader,
-    /// The reader's merge watermark, for the stage's clock.
-    watermark: Arc<AtomicU64>,
+    /// The reader's merge watermark as of each batch passed on, in order, for the stage's
+    /// clock (read when the stage takes that batch, not later: a later watermark could close
+    /// a span whose next events are still queued).
+    marks: Marks,
     ended: Arc<Mutex<Ended>>,
     stopped: bool,
 }
@@ -107,17 +112,23 @@ impl EventSource for LiveSource {
             return Ok(false);
         }
         let polled = self.reader.poll(batch, BATCH).map_err(|e| e.to_string())?;
-        self.watermark.store(self.reader.watermark(), Ordering::Relaxed);
         p.counters.events.fetch_add(batch.len() as u64, Ordering::Relaxed);
         p.counters.bytes.store(self.reader.stats().bytes, Ordering::Relaxed);
-        match polled {
-            Poll::End => Ok(false),
+        let more = match polled {
+            Poll::End => false,
             Poll::Idle => {
                 std::thread::sleep(IDLE_WAIT);
-                Ok(true)
+                true
             }
-            Poll::Events(_) => Ok(true),
+            Poll::Events(_) => true,
+        };
+        // A ticking source's batch reaches the stage unless it is empty and the last.
+        if (!batch.is_empty() || more)
+            && let Ok(mut m) = self.marks.lock()
+        {
+            m.push_back(self.reader.watermark());
         }
+        Ok(more)
     }
     fn finish(self: Box<Self>, _: &mut SourceReport) {
         if let Ok(mut e) = self.ended.lock() {
@@ -132,7 +143,7 @@ impl EventSource for LiveSource {
 struct LiveStage {
     weaver: BlkkinWeaver,
     tap: Arc<Mutex<EventTap>>,
-    watermark: Arc<AtomicU64>,
+    marks: Marks,
     delays: Delays,
     /// Spans still open when the input ended (output then, however short their silence).
     open_at_end: usize,
@@ -153,7 +164,9 @@ impl WeaveStage for LiveStage {
         for e in events {
             self.weaver.push(e);
         }
-        self.weaver.advance(self.watermark.load(Ordering::Relaxed));
+        if let Some(w) = self.marks.lock().ok().and_then(|mut m| m.pop_front()) {
+            self.weaver.advance(w);
+        }
         let before = out.len();
         self.weaver.drain(out);
         if out.len() > before {
@@ -189,12 +202,12 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
     let out = args.out.open()?;
-    let watermark = Arc::new(AtomicU64::new(0));
+    let marks = Marks::default();
     let ended = Arc::new(Mutex::new(Ended::default()));
     let source = LiveSource {
         url: PathBuf::from(url.to_string()),
         reader,
-        watermark: watermark.clone(),
+        marks: marks.clone(),
         ended: ended.clone(),
         stopped: false,
     };
@@ -204,7 +217,7 @@ pub(super) fn run(args: &CtfArgs, url: &str) -> anyhow::Result<()> {
             ..BlkkinOptions::default()
         }),
         tap: out.tap.clone(),
-        watermark,
+        marks,
         delays: Delays::default(),
         open_at_end: 0,
     };
