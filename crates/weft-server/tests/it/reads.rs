@@ -416,3 +416,58 @@ fn heavy_reads_have_their_own_slots_and_do_not_stop_ingest() {
     let spans_back: usize = got.as_array().unwrap().iter().map(|t| t.as_array().unwrap().len()).sum();
     assert!(spans_back <= 10, "{spans_back} spans past read_max_spans");
 }
+
+/// Whether `probe` answered 503 in one of 20 tries, each while a `traceMany` of `heavy_url`
+/// holds the only read slot (it may finish before the probe: then the probe is tried again).
+fn refused_while_slot_held(s: &TestServer, heavy_url: &str, probe: &str) -> bool {
+    for _ in 0..20 {
+        let url = heavy_url.to_owned();
+        let heavy = std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+            agent.get(&url).call().unwrap().status().as_u16()
+        });
+        while s.metric("weft_reads_running") < 1.0 && !heavy.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (st, body) = s.get(probe);
+        assert_eq!(heavy.join().unwrap(), 200);
+        match st {
+            503 => return true,
+            200 => {}
+            other => panic!("{probe}: {other} {body}"),
+        }
+    }
+    false
+}
+
+/// Issue 18: the UI's breakdown and compare do their work in read slots like the other read
+/// APIs (not on the receivers' workers): with the read slots taken they answer 503, also for
+/// traces the trace view has already read (and cached).
+#[test]
+fn breakdown_and_compare_take_read_slots() {
+    let s = TestServer::with(|_, c| {
+        c.read_concurrency = 1;
+        c.read_max_spans = 1_000_000;
+    });
+    let mut ids = BTreeSet::new();
+    for seed in 0..8 {
+        let sent = spans(100 + seed, 2500);
+        ids.extend(sent.iter().map(|sp| sp.trace_id.to_string()));
+        let (st, _, _) =
+            s.post("/v1/traces", &[("Content-Type", "application/x-protobuf")], &otlp::encode_proto(&sent));
+        assert_eq!(st, 200);
+    }
+    let ids: Vec<String> = ids.into_iter().collect();
+    let (a, b) = (&ids[0], &ids[1]);
+    for id in [a, b] {
+        let (st, body) = s.get(&format!("/api/ui/trace/{id}"));
+        assert_eq!(st, 200, "{body}");
+    }
+    let many = ids[2..].iter().take(weft_server::zipkin::MAX_TRACE_MANY_IDS).cloned().collect::<Vec<_>>();
+    let heavy = s.url(&format!("/api/v2/traceMany?traceIds={}", many.join(",")));
+    for probe in [format!("/api/ui/breakdown?traces={a},{b}"), format!("/api/ui/compare?a={a}&b={b}")] {
+        let (st, body) = s.get(&probe);
+        assert_eq!(st, 200, "{probe}: {body}");
+        assert!(refused_while_slot_held(&s, &heavy, &probe), "{probe} ran while the read slot was taken");
+    }
+}
