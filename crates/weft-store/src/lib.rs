@@ -36,7 +36,8 @@
 //!   (same trace id, span id and content hash; two different spans sharing ids are both kept).
 //!   SQL over `spans` sees both copies until compaction merges the segments holding them.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
-//! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
+//! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows;
+//!   [`Store::trace_bounded`] stops reading past a span limit and says so),
 //!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
 //!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`.
 //!
@@ -90,7 +91,7 @@ pub use error::{Result, StoreError};
 pub use manifest::{FileMeta, Manifest, SegmentMeta};
 pub use metrics::{Metrics, StoreStats};
 pub use query::sql_str;
-pub use read::{SqlLimits, SqlResult};
+pub use read::{EVENT_ROWS_PER_SPAN, SqlLimits, SqlResult, TraceRead};
 pub use search::{TraceQuery, search_sql};
 pub use segment::WriteOptions;
 pub use wal::FsyncPolicy;

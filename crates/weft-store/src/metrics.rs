@@ -41,6 +41,9 @@ pub struct Metrics {
     /// Times the WAL went on in a new file after a failed write or fsync (acknowledgements
     /// resumed without a restart).
     pub wal_reopened: AtomicU64,
+    /// Span rows trace lookups read (before duplicates were dropped; a bounded lookup stops
+    /// reading at its limit).
+    pub trace_rows_read: AtomicU64,
 }
 
 /// A point-in-time view of the store's size.

@@ -65,16 +65,17 @@ impl Store {
             let mut out = Vec::with_capacity(ids.len());
             let mut n = 0usize;
             for id in ids {
-                let t = store.trace(id)?;
-                if n + t.len() > max_spans {
+                // Reading stops past the spans left of the limit: a huge trace is not loaded.
+                let read = store.trace_bounded(id, max_spans - n)?;
+                if read.truncated {
                     if out.is_empty() {
                         return Err(StoreError::Query(format!(
-                            "the newest matching trace holds {} spans, more than the limit of {max_spans} spans",
-                            t.len()
+                            "the newest matching trace holds more than the limit of {max_spans} spans"
                         )));
                     }
                     break;
                 }
+                let t = read.spans;
                 n += t.len();
                 if !t.is_empty() {
                     out.push(t);

@@ -566,9 +566,10 @@ impl FileReader {
         self.bloom_bytes
     }
 
-    /// Rows whose trace id is `id` (page-level selection from statistics; bloom filters skip
-    /// row groups that cannot hold it).
-    pub fn read_trace(&self, id: &TraceId) -> Result<Vec<RecordBatch>> {
+    /// Rows whose trace id is `id`, at most `limit` of them (page-level selection from
+    /// statistics; bloom filters skip row groups that cannot hold it; reading stops at the
+    /// limit).
+    pub fn read_trace(&self, id: &TraceId, limit: usize) -> Result<Vec<RecordBatch>> {
         let md = self.meta.metadata();
         let Some(tc) = self.trace_col else {
             return Err(StoreError::Decode(format!("{}: no trace_id column", self.path.display())));
@@ -621,9 +622,15 @@ impl FileReader {
             .build()
             .map_err(pq)?;
         let mut out = Vec::new();
+        let mut left = limit;
         for b in reader {
+            if left == 0 {
+                break;
+            }
             let b = b.map_err(|e| StoreError::Parquet { path: self.path.clone(), source: e.into() })?;
             if let Some(f) = filter_trace(&b, id)? {
+                let f = if f.num_rows() > left { f.slice(0, left) } else { f };
+                left -= f.num_rows();
                 out.push(f);
             }
         }
@@ -743,20 +750,21 @@ impl Segment {
         }
     }
 
-    /// The rows of trace `id` in the spans, span events and span links files.
-    pub fn read_trace(&self, id: &TraceId) -> Result<Option<[Vec<RecordBatch>; 3]>> {
+    /// The rows of trace `id` in the spans, span events and span links files, at most
+    /// `limits[t]` of table `t`.
+    pub fn read_trace(&self, id: &TraceId, limits: [usize; 3]) -> Result<Option<[Vec<RecordBatch>; 3]>> {
         let Some(spans) = &self.spans else { return Ok(None) };
-        let s = spans.read_trace(id)?;
+        let s = spans.read_trace(id, limits[0])?;
         if s.is_empty() {
             return Ok(None);
         }
         let s = self.spans_rows(s)?;
         let e = match self.lazy_reader(0, schema::SPAN_EVENTS)? {
-            Some(r) => r.read_trace(id)?,
+            Some(r) => r.read_trace(id, limits[1])?,
             None => Vec::new(),
         };
         let l = match self.lazy_reader(1, schema::SPAN_LINKS)? {
-            Some(r) => r.read_trace(id)?,
+            Some(r) => r.read_trace(id, limits[2])?,
             None => Vec::new(),
         };
         Ok(Some([s, e, l]))
