@@ -7,6 +7,7 @@ mod bt;
 mod failure;
 mod tracepoint;
 mod uprobe;
+mod windows;
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
