@@ -5,6 +5,7 @@
 #[path = "bpftrace.rs"]
 mod bt;
 mod failure;
+mod redis;
 mod tracepoint;
 mod uprobe;
 mod windows;
