@@ -443,26 +443,29 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// The generation (0 or 1) into R8; to `out` if the map cannot be read (it always can).
-    fn load_gen(&mut self, out: Label) {
+    /// The element of array `map` whose index is at `FP+SCRATCH_OFF` into R0; to `out` if
+    /// there is none.
+    fn array_slot(&mut self, map: usize, out: Label) {
         let a = &mut self.a;
-        a.st(Size::W, FP, SCRATCH_OFF, 0);
-        a.ld_map(R1, GEN);
+        a.ld_map(R1, map);
         a.stack_ptr(R2, SCRATCH_OFF);
         a.call(Helper::MapLookupElem);
         a.jmp_imm(Jmp::Eq, R0, 0, out);
-        a.ldx(Size::DW, R8, R0, 0);
-        a.alu_imm(Alu::And, R8, 1);
+    }
+
+    /// The generation (0 or 1) into R8; to `out` if the map cannot be read (it always can).
+    fn load_gen(&mut self, out: Label) {
+        self.a.st(Size::W, FP, SCRATCH_OFF, 0);
+        self.array_slot(GEN, out);
+        self.a.ldx(Size::DW, R8, R0, 0);
+        self.a.alu_imm(Alu::And, R8, 1);
     }
 
     /// Adds one to this CPU's drop counter of the generation in R8, then goes to `out`.
     fn drop_hit(&mut self, out: Label) {
+        self.a.stx(Size::W, FP, SCRATCH_OFF, R8);
+        self.array_slot(DROPS, out);
         let a = &mut self.a;
-        a.stx(Size::W, FP, SCRATCH_OFF, R8);
-        a.ld_map(R1, DROPS);
-        a.stack_ptr(R2, SCRATCH_OFF);
-        a.call(Helper::MapLookupElem);
-        a.jmp_imm(Jmp::Eq, R0, 0, out);
         a.ldx(Size::DW, R1, R0, 0);
         a.alu_imm(Alu::Add, R1, 1);
         a.stx(Size::DW, R0, 0, R1);
