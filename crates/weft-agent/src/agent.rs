@@ -251,7 +251,10 @@ impl Agent {
                 let node = crate::live::LiveNode::new(
                     &cfg.name,
                     &cfg.host,
-                    vec![Box::new(crate::live::InProcess::new(&cfg.probe_dir, cfg.control_wait))],
+                    vec![
+                        Box::new(crate::live::InProcess::new(&cfg.probe_dir, cfg.control_wait)),
+                        Box::new(crate::ebpf::Kernel::new()),
+                    ],
                     metrics.clone(),
                 );
                 let (s, c) = (stop.clone(), link.collector.clone());

@@ -32,6 +32,20 @@ pub struct QueryDeploy {
     pub interval_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// A kernel source (run by the agent's eBPF level); absent: the plan's `tracepoint` is a
+    /// weft-probe tracepoint of the node's processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<WireSource>,
+}
+
+/// A source in the kernel: a tracepoint (`"sched:sched_switch"`) or a uprobe/uretprobe on a
+/// binary's symbol (or address, `"0x4a3f0"`). The plan's fields are the tracepoint's, or
+/// `arg0`-`arg5`, `retval` and `latency` at uprobes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum WireSource {
+    Tracepoint(String),
+    Uprobe { binary: String, symbol: String, ret: bool },
 }
 
 /// `weft_probe::query::Plan` on the wire.
@@ -331,11 +345,22 @@ mod tests {
             plan: WirePlan::from(&plan()),
             interval_ms: 1000,
             duration_ms: Some(5000),
+            source: None,
         };
         let json = serde_json::to_string(&d).unwrap();
+        assert!(!json.contains("source"), "a weft-probe plan carries no source: {json}");
         let back: QueryDeploy = serde_json::from_str(&json).unwrap();
         assert_eq!(back, d);
         assert_eq!(back.plan.to_plan().unwrap(), plan());
+        let source =
+            WireSource::Uprobe { binary: "/usr/bin/redis-server".into(), symbol: "call".into(), ret: true };
+        let k = QueryDeploy { source: Some(source), ..d };
+        let json = serde_json::to_string(&k).unwrap();
+        assert!(
+            json.contains(r#""uprobe":{"binary":"/usr/bin/redis-server","symbol":"call","ret":true}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<QueryDeploy>(&json).unwrap(), k);
     }
 
     #[test]

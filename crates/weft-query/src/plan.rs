@@ -105,24 +105,42 @@ impl LivePlan {
     /// The probe-level plan for weft-probe's in-process interpreter, when the query is a single
     /// weft-probe source (joins and kernel/uprobe sources run elsewhere).
     pub fn probe_plan(&self) -> Option<weft_probe::query::Plan> {
+        match self.source_plan()? {
+            (Source::Probe(_), plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// The probe-level plan of a query with one source (no join), of any kind, with that
+    /// source: for weft-probe tracepoints `tracepoint` is its name, for kernel tracepoints and
+    /// uprobes the source as written (`tracepoint('sched:sched_switch')`); fields are the
+    /// tracepoint's, or `arg0`-`arg5`, `retval` and `latency` at uprobes.
+    pub fn source_plan(&self) -> Option<(Source, weft_probe::query::Plan)> {
         if self.join.is_some() || self.sources.len() != 1 {
             return None;
         }
-        let Source::Probe(name) = &self.sources[0].0 else { return None };
-        Some(weft_probe::query::Plan {
-            tracepoint: name.clone(),
-            filter: self.filters[0].clone(),
-            keys: self.keys.iter().map(|k| k.operand.clone()).collect(),
-            aggs: self
-                .aggs
-                .iter()
-                .map(|a| weft_probe::query::AggSpec {
-                    kind: a.kind,
-                    input: a.input.as_ref().map(|c| c.operand.clone()),
-                })
-                .collect(),
-            capacity: self.capacity,
-        })
+        let source = self.sources[0].0.clone();
+        let name = match &source {
+            Source::Probe(name) => name.clone(),
+            other => other.to_string(),
+        };
+        Some((
+            source,
+            weft_probe::query::Plan {
+                tracepoint: name,
+                filter: self.filters[0].clone(),
+                keys: self.keys.iter().map(|k| k.operand.clone()).collect(),
+                aggs: self
+                    .aggs
+                    .iter()
+                    .map(|a| weft_probe::query::AggSpec {
+                        kind: a.kind,
+                        input: a.input.as_ref().map(|c| c.operand.clone()),
+                    })
+                    .collect(),
+                capacity: self.capacity,
+            },
+        ))
     }
 
     /// The aggregate kinds, in order (what partials carry).

@@ -31,7 +31,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 use serde_json::{Value, json};
-use weft_control::live::{LiveAnswer, LiveFailure, LiveSync, QueryDeploy, WirePlan};
+use weft_control::live::{LiveAnswer, LiveFailure, LiveSync, QueryDeploy, WirePlan, WireSource};
 use weft_probe::agg::{KeyValue, Output, Partial};
 use weft_query::merge::{Cell, rows};
 use weft_query::{ListCatalog, LivePlan};
@@ -281,13 +281,18 @@ async fn submit(
     if plan.explain {
         return json_answer(StatusCode::OK, &json!({"explain": explain}));
     }
-    let Some(probe) = plan.probe_plan() else {
-        let what = if plan.join.is_some() {
-            "happened-before joins are planned (EXPLAIN shows how) but their baggage is not carried at run time yet"
-        } else {
-            "kernel tracepoints and uprobes run in the eBPF probe level, which these agents do not have"
-        };
+    let Some((source, probe)) = plan.source_plan() else {
+        let what = "happened-before joins are planned (EXPLAIN shows how) but their baggage is not carried at run time yet";
         return ApiError::bad_request(format!("cannot run this query: {what}")).into_response();
+    };
+    let source = match source {
+        weft_query::Source::Probe(_) => None,
+        weft_query::Source::Kernel { system, event } => {
+            Some(WireSource::Tracepoint(format!("{system}:{event}")))
+        }
+        weft_query::Source::Uprobe { binary, symbol, ret } => {
+            Some(WireSource::Uprobe { binary, symbol, ret })
+        }
     };
     let interval = plan.window.interval.or(plan.window.duration).unwrap_or(Duration::from_secs(1));
     let interval_ns = interval.as_nanos().max(1_000_000) as u64;
@@ -315,6 +320,7 @@ async fn submit(
             plan: WirePlan::from(&probe),
             interval_ms: (interval_ns / 1_000_000).max(1),
             duration_ms: plan.window.duration.map(|d| d.as_millis() as u64),
+            source,
         };
         let now = Instant::now();
         inner.queries.insert(

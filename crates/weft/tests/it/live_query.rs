@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::agent::{http, wait_for};
 
-const TOKEN: &str = "live-s3cret";
+pub const TOKEN: &str = "live-s3cret";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 const KINDS: [&str; 3] = ["read", "write", "sync"];
 const QUERY: &str =
@@ -68,7 +68,7 @@ fn emitter_role() {
     std::process::exit(0);
 }
 
-struct Kill(Child);
+pub struct Kill(pub Child);
 
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -95,7 +95,7 @@ fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
 
 /// `weft serve`; returns the OTLP/HTTP base (the agents' `--collector`) and the query
 /// listener's base (the control API).
-fn collector(data: &Path) -> (Kill, String, String) {
+pub fn collector(data: &Path) -> (Kill, String, String) {
     let (port, query_port) = (weft_testkit::free_port(), weft_testkit::free_port());
     let child = Command::new(WEFT)
         .args(["serve", "--otlp-grpc", "off", "--zipkin", "off"])
@@ -116,7 +116,7 @@ fn collector(data: &Path) -> (Kill, String, String) {
     (Kill(child), format!("http://127.0.0.1:{port}"), base)
 }
 
-fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str) -> Kill {
+pub fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str) -> Kill {
     Kill(
         Command::new(WEFT)
             .arg("agent")
@@ -135,7 +135,7 @@ fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str)
     )
 }
 
-fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+pub fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
     let h = http();
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut r = match (method, body) {
@@ -220,13 +220,8 @@ fn markers(dir: &Path, suffix: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Deploy [`QUERY`] once the collector knows the tracepoint; the results once every expected
-/// event is in closed windows.
-fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents: &[&str]) -> (u64, Value) {
-    wait_for("the agents to report the tracepoint's schema", Duration::from_secs(60), || {
-        call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {QUERY}"))).0
-            == 200
-    });
+/// Wait until every one of `agents` takes part in the collector's live exchange.
+pub fn wait_agents(base: &str, agents: &[&str]) {
     wait_for("every agent in the live exchange", Duration::from_secs(60), || {
         let v = call("GET", &format!("{base}/api/control/queries"), Some(TOKEN), None).1;
         let live: Vec<&str> = v["agents"]
@@ -238,6 +233,16 @@ fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents
             .collect();
         agents.iter().all(|a| live.contains(a))
     });
+}
+
+/// Deploy [`QUERY`] once the collector knows the tracepoint; the results once every expected
+/// event is in closed windows.
+fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents: &[&str]) -> (u64, Value) {
+    wait_for("the agents to report the tracepoint's schema", Duration::from_secs(60), || {
+        call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {QUERY}"))).0
+            == 200
+    });
+    wait_agents(base, agents);
     let (st, v) = call("POST", &format!("{base}/api/control/queries?wait=5s"), Some(TOKEN), Some(QUERY));
     assert_eq!(st, 201, "{v}");
     let id = v["id"].as_u64().expect("query id");
