@@ -1,5 +1,6 @@
-//! `weft exist capture`: one EXIST capture on this node — a target's function calls for a
-//! bounded period (weft-agent's capture engine, software backend), woven into the requests
+//! `weft exist capture`: one EXIST capture on this node — a target's function calls (and, with
+//! `--tracepoints`, its weft-probe tracepoints) for a bounded period (weft-agent's capture
+//! engine, software backend), woven into the requests
 //! that ran them (`--weave`: the application's spans with `thread.id`) and written to a file,
 //! a data directory and/or a server.
 
@@ -67,6 +68,14 @@ pub struct CaptureArgs {
     /// Accept a period outside 0.1-2 s.
     #[arg(long)]
     pub force: bool,
+    /// The target's weft-probe tracepoints to switch on for the period (`all`, names, globs,
+    /// `group:G`, `level:L`; repeatable or comma-separated); the enabled set is restored at
+    /// the end. Their spans reach the node's agent like any other.
+    #[arg(long, value_delimiter = ',', value_name = "SELECTOR")]
+    pub tracepoints: Vec<String>,
+    /// The weft-probe segment directory (default `$WEFT_PROBE_DIR` or `/dev/shm/weft-<uid>`).
+    #[arg(long)]
+    pub probe_dir: Option<PathBuf>,
     /// The application's spans (any readable format) carrying `thread.id`: the function calls
     /// go inside the request span that ran them. Read after the capture.
     #[arg(long, value_name = "FILE")]
@@ -126,8 +135,12 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         functions: args.functions.clone(),
         module: args.module.clone(),
         force: args.force,
+        tracepoints: args.tracepoints.clone(),
     };
-    let engine = Engine::new(Allocator::new(AllocConfig::default())?);
+    let mut engine = Engine::new(Allocator::new(AllocConfig::default())?);
+    if let Some(d) = &args.probe_dir {
+        engine = engine.with_probe_dir(d);
+    }
     let r = engine.run(&req, received)?;
     let c = &r.counters;
     let cores: Vec<String> =
@@ -143,6 +156,9 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         c.returns,
         c.switches
     );
+    if c.tracepoints > 0 {
+        eprintln!("weft exist: {} weft-probe tracepoints on for the period, then back off", c.tracepoints);
+    }
     eprintln!(
         "weft exist: start latency {:.2} ms, stop latency {:.3} ms; {} control operations (cores switched on: {:?}); peak memory {} of {}",
         c.start_latency.as_secs_f64() * 1e3,
