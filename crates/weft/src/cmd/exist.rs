@@ -287,13 +287,7 @@ fn pause(d: Duration) -> bool {
 }
 
 fn plan(args: PlanArgs) -> anyhow::Result<()> {
-    let token = match &args.control_token_file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read the control token from {}", f.display()))?
-            .trim()
-            .to_owned(),
-        None => std::env::var("WEFT_CONTROL_TOKEN").unwrap_or_default(),
-    };
+    let token = super::control_token(args.control_token_file.as_deref())?;
     if token.is_empty() {
         bail!("the control API needs a token: give --control-token-file FILE or set WEFT_CONTROL_TOKEN");
     }

@@ -256,14 +256,7 @@ fn merged_replicas_fill_each_others_gaps_and_anomalies_capture_every_replica() {
                 .unwrap(),
         ));
     }
-    let get = |path: &str| -> J {
-        let mut r = http()
-            .get(&format!("{}{path}", collector.query()))
-            .header("Authorization", &format!("Bearer {TOKEN}"))
-            .call()
-            .unwrap();
-        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default()
-    };
+    let get = |path: &str| control_get(&collector, path);
     let post = |path: &str, body: &str| -> (u16, J) {
         let mut r = http()
             .post(&format!("{}{path}", collector.query()))
@@ -421,6 +414,16 @@ fn merged_replicas_fill_each_others_gaps_and_anomalies_capture_every_replica() {
     drop(agents);
 }
 
+/// A GET on the collector's control API (with the token), its JSON answer.
+fn control_get(collector: &super::agent::Collector, path: &str) -> serde_json::Value {
+    let mut r = super::agent::http()
+        .get(&format!("{}{path}", collector.query()))
+        .header("Authorization", &format!("Bearer {}", super::agent::TOKEN))
+        .call()
+        .unwrap();
+    serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default()
+}
+
 /// The pid of the `weft agent` serving `probe_dir` (from /proc).
 fn agent_pid(probe_dir: &std::path::Path) -> u32 {
     let want = probe_dir.to_string_lossy().into_owned();
@@ -441,7 +444,7 @@ fn agent_pid(probe_dir: &std::path::Path) -> u32 {
 /// dispatched, and the agent holds no perf event afterwards.
 #[test]
 fn timed_profiling_rounds_through_weft_exist_plan() {
-    use super::agent::{AgentProc, Collector, TOKEN, http, wait_for};
+    use super::agent::{AgentProc, Collector, TOKEN, wait_for};
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let collector = Collector::start(&dir.path().join("data"));
@@ -458,14 +461,7 @@ fn timed_profiling_rounds_through_weft_exist_plan() {
             .unwrap(),
     );
     let pid = server.0.id();
-    let get = |path: &str| -> serde_json::Value {
-        let mut r = http()
-            .get(&format!("{}{path}", collector.query()))
-            .header("Authorization", &format!("Bearer {TOKEN}"))
-            .call()
-            .unwrap();
-        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default()
-    };
+    let get = |path: &str| control_get(&collector, path);
     wait_for("the agent polling and reporting its replica", Duration::from_secs(60), || {
         get("/api/control/agents").as_array().is_some_and(|a| {
             a.iter().any(|x| {
