@@ -264,7 +264,8 @@ impl Agent {
                 let executor = crate::capture::remote::Executor {
                     engine: crate::capture::engine::Engine::new(crate::capture::alloc::Allocator::new(
                         crate::capture::alloc::AllocConfig::default(),
-                    )?),
+                    )?)
+                    .with_probe_dir(&cfg.probe_dir),
                     tap: tap.clone(),
                     spool: spool.clone(),
                     agent: cfg.name.clone(),
