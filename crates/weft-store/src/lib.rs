@@ -67,6 +67,7 @@ pub mod render;
 mod resources;
 pub mod schema;
 mod search;
+mod search_index;
 pub mod segment;
 pub mod wal;
 
@@ -91,7 +92,7 @@ pub use manifest::{FileMeta, Manifest, SegmentMeta};
 pub use metrics::{Metrics, StoreStats};
 pub use query::sql_str;
 pub use read::{SqlLimits, SqlResult};
-pub use search::{TraceQuery, search_sql};
+pub use search::{SearchPlan, TraceQuery, search_sql};
 pub use segment::WriteOptions;
 pub use wal::FsyncPolicy;
 
@@ -227,6 +228,7 @@ impl Store {
             s.segment_spans += seg.meta.rows(schema::SPANS);
             s.segment_events += seg.meta.rows(schema::EVENTS);
             s.bloom_bytes += seg.bloom_bytes();
+            s.search_index_bytes += seg.search_index().map_or(0, |i| i.encoded_len() as u64);
         }
         drop(st);
         if let Ok(files) = wal::list_wal_files(&self.inner.wal_dir) {
