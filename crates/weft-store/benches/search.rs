@@ -18,7 +18,7 @@ use weft_store::{FsyncPolicy, SearchPlan, Store, StoreConfig, TraceQuery};
 use weft_synth::shop::{Rng, Shop};
 
 mod common;
-use common::{env, process_cpu};
+use common::{append, env, process_cpu};
 
 const DAY_NS: u64 = 86_400_000_000_000;
 
@@ -52,15 +52,7 @@ fn build(dir: &std::path::Path, n: usize, start_ns: u64) -> Samples {
                 samples.client_addresses.push(kv.value.to_string());
             }
         }
-        loop {
-            match store.append(&batch) {
-                Ok(()) => break,
-                Err(weft_store::StoreError::Overloaded { .. }) => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
+        append(&store, &batch);
         appended += batch.len();
     }
     store.close().unwrap();
@@ -125,6 +117,10 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize] * 1e3
 }
 
+fn p50_p99(v: &mut [f64]) -> String {
+    format!("p50 {:.1} ms, **p99 {:.1} ms**", pct(v, 0.5), pct(v, 0.99))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -184,26 +180,12 @@ fn main() {
     println!();
     println!("| figure | indexed search | full scan (same run, same store) |");
     println!("|---|---|---|");
+    println!("| wall, trace ids | {} | {} |", p50_p99(&mut wall[0]), p50_p99(&mut wall[1]));
+    println!("| CPU time (all threads), trace ids | {} | {} |", p50_p99(&mut cpu[0]), p50_p99(&mut cpu[1]));
     println!(
-        "| wall, trace ids | p50 {:.1} ms, **p99 {:.1} ms** | p50 {:.1} ms, p99 {:.1} ms |",
-        pct(&mut wall[0], 0.5),
-        pct(&mut wall[0], 0.99),
-        pct(&mut wall[1], 0.5),
-        pct(&mut wall[1], 0.99)
-    );
-    println!(
-        "| CPU time (all threads), trace ids | p50 {:.1} ms, p99 {:.1} ms | p50 {:.1} ms, p99 {:.1} ms |",
-        pct(&mut cpu[0], 0.5),
-        pct(&mut cpu[0], 0.99),
-        pct(&mut cpu[1], 0.5),
-        pct(&mut cpu[1], 0.99)
-    );
-    println!(
-        "| wall, ids + fetching the found traces | p50 {:.1} ms, **p99 {:.1} ms** (fetch alone p50 {:.1} ms, p99 {:.1} ms) | — |",
-        pct(&mut total, 0.5),
-        pct(&mut total, 0.99),
-        pct(&mut fetch, 0.5),
-        pct(&mut fetch, 0.99)
+        "| wall, ids + fetching the found traces | {} (fetch alone {}) | — |",
+        p50_p99(&mut total),
+        p50_p99(&mut fetch)
     );
     println!(
         "| search index size | {:.2} B/span ({} bytes, {:.2} % of the segments' {} bytes) | — |",

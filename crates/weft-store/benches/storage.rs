@@ -25,7 +25,7 @@ use weft_store::{FsyncPolicy, Store, StoreConfig};
 use weft_synth::shop::Shop;
 
 mod common;
-use common::{env, process_cpu};
+use common::{append, env, process_cpu};
 
 fn thread_cpu() -> f64 {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -156,15 +156,7 @@ fn main() {
             proto.2 += batch.len();
         }
         gen_cpu += thread_cpu() - g0;
-        loop {
-            match store.append(&batch) {
-                Ok(()) => break,
-                Err(weft_store::StoreError::Overloaded { .. }) => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
+        append(&store, &batch);
         appended += batch.len();
         batch_no += 1;
     }

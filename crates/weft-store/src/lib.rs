@@ -37,14 +37,18 @@
 //!   SQL over `spans` sees both copies until compaction merges the segments holding them.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
-//!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
+//!   [`Store::search`] (a per-segment search index in each spans file's footer, written by
+//!   flush and compaction, skips segments that cannot match; newest segments first, it stops
+//!   at N traces; [`SearchPlan::Scan`] is the full scan it must agree with),
+//!   [`Store::services`] / [`Store::operations`], and SQL
 //!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`.
 //!
 //! # Modules
 //!
 //! The front door is [`Store`] (this file: open, append, flush, close, sizes), its reads
 //! (`read`: a trace by id, SQL, services and operations, time windows) and search
-//! (`search`: [`TraceQuery`], [`search_sql`]). Behind it, `engine` holds the shared state and
+//! (`search`: [`TraceQuery`], [`search_sql`], [`SearchPlan`]; `search_index`: what each
+//! segment's footer says for it). Behind it, `engine` holds the shared state and
 //! the background work: WAL replay on open, the write path, flush, retention and compaction.
 //! Data formats: [`schema`] (the tables), [`arrow_rows`] (spans ↔ Arrow rows), [`wal`],
 //! [`segment`], [`manifest`].

@@ -13,3 +13,16 @@ pub fn process_cpu() -> f64 {
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
+
+/// Appends `batch`, waiting while the store is overloaded (flushes catching up).
+pub fn append(store: &weft_store::Store, batch: &[weft_model::Span]) {
+    loop {
+        match store.append(batch) {
+            Ok(()) => return,
+            Err(weft_store::StoreError::Overloaded { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
