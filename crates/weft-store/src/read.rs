@@ -54,7 +54,7 @@ pub struct TraceRead {
 }
 
 impl Store {
-    fn snapshot(&self) -> Result<Arc<Snapshot>> {
+    pub(crate) fn snapshot(&self) -> Result<Arc<Snapshot>> {
         let st = self.inner.state.read();
         let mut memory: [Vec<RecordBatch>; 4] = Default::default();
         let mut memory_resources = Vec::with_capacity(st.frozen.len() + 1);
@@ -155,7 +155,11 @@ impl Store {
     }
 
     fn session_in(&self, runtime: Arc<RuntimeEnv>) -> Result<SessionContext> {
-        let snap = self.snapshot()?;
+        self.session_of(self.snapshot()?, runtime)
+    }
+
+    /// A session over `snap` (a part of a snapshot, for search).
+    pub(crate) fn session_of(&self, snap: Arc<Snapshot>, runtime: Arc<RuntimeEnv>) -> Result<SessionContext> {
         let config = SessionConfig::new()
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
             .with_information_schema(true);
@@ -182,7 +186,7 @@ impl Store {
         self.sql_in(ctx, sql, limits.max_rows, limits.max_bytes).await
     }
 
-    async fn sql_in(
+    pub(crate) async fn sql_in(
         &self,
         ctx: SessionContext,
         sql: &str,
