@@ -35,6 +35,7 @@ fn plan(tp: &str) -> Plan {
         keys: vec![Operand::Field("b".into())],
         aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
         capacity: 1024,
+        carry: Vec::new(),
     }
 }
 

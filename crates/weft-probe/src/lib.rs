@@ -44,10 +44,13 @@
 //!   aggregate states every level of a query shares (counts, sums, extremes, averages, log2 and
 //!   linear histograms, a quantile sketch) and their compact serialized form. An agent installs,
 //!   removes and collects them through the segment's [`mailbox`], answered by the process's
-//!   control thread.
+//!   control thread. A plan may also carry fields into the request's [`baggage`], which
+//!   travels with the context to other processes and groups a downstream plan's aggregate
+//!   (Pivot Tracing's happened-before join).
 //! * Feature `tracing`: [`tracing_layer::WeftLayer`] records `tracing` spans and events.
 
 pub mod agg;
+pub mod baggage;
 pub mod capture;
 pub mod clock;
 pub mod consumer;
