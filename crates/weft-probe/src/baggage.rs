@@ -214,7 +214,8 @@ pub(crate) fn get(key: &str, out: &mut [u8]) -> Option<usize> {
         let mut i = 0;
         while i < v.len() && n < out.len() {
             let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-            let byte = match (v[i], v.get(i + 1).copied().and_then(hex), v.get(i + 2).copied().and_then(hex)) {
+            let byte = match (v[i], v.get(i + 1).copied().and_then(hex), v.get(i + 2).copied().and_then(hex))
+            {
                 (b'%', Some(h), Some(l)) => {
                     i += 3;
                     h << 4 | l

@@ -486,7 +486,10 @@ impl Compiler<'_> {
         let has_inputs = aggs.iter().any(|(_, s)| s.is_some());
         let has_scalars = aggs.iter().any(|(k, _)| !k.bucketed());
         if plan.carry.len() > MAX_KEYS {
-            return Err(PlanError::TooLarge(format!("{} carried values, at most {MAX_KEYS}", plan.carry.len())));
+            return Err(PlanError::TooLarge(format!(
+                "{} carried values, at most {MAX_KEYS}",
+                plan.carry.len()
+            )));
         }
         let mut carry = Vec::new();
         for (key, o) in &plan.carry {
@@ -1070,7 +1073,13 @@ fn carry<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) {
             Some(Val::Bytes(b)) => b,
             Some(Val::Int(v)) => decimal(&mut num, format_args!("{v}")),
             Some(Val::Float(v)) => decimal(&mut num, format_args!("{v}")),
-            Some(Val::Bool(v)) => if v { b"true" } else { b"false" },
+            Some(Val::Bool(v)) => {
+                if v {
+                    b"true"
+                } else {
+                    b"false"
+                }
+            }
             Some(Val::Trace(t)) => decimal(&mut num, format_args!("{:032x}", u128::from_be_bytes(t))),
             None => continue,
         };
@@ -1259,8 +1268,8 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
         return Err(PlanError::Ambiguous(plan.tracepoint.clone()));
     }
     let schema = FieldSpec::parse_list(first.fields_spec());
-    let compiled =
-        Compiler { tp: &plan.tracepoint, schema: &schema, bag_keys: RefCell::new(Vec::new()) }.compile(plan)?;
+    let compiled = Compiler { tp: &plan.tracepoint, schema: &schema, bag_keys: RefCell::new(Vec::new()) }
+        .compile(plan)?;
     choose_protocol();
     let mut q = queries();
     let id = QueryId(q.next);

@@ -157,7 +157,12 @@ fn happened_before_join_through_baggage() {
     let key = "qtest.up.client".to_string();
     let up = Plan {
         carry: vec![(key.clone(), field("client"))],
-        ..plan("qtest.up", Filter::Cmp(field("n"), CmpOp::Gt, Const::Uint(0)), vec![], vec![agg(AggKind::Count, None)])
+        ..plan(
+            "qtest.up",
+            Filter::Cmp(field("n"), CmpOp::Gt, Const::Uint(0)),
+            vec![],
+            vec![agg(AggKind::Count, None)],
+        )
     };
     let down = plan(
         "qtest.down",
