@@ -30,7 +30,8 @@
 //!   start, `WEFT_PROBE_ENABLE` / `WEFT_PROBE_DISABLE` (comma-separated selectors) apply.
 //! * Disabled cost: [`Tracepoint::active`] (enabled, or a live query installed) is one relaxed
 //!   load of a byte and a branch; the recording path is a separate `#[cold]` function, so
-//!   nothing else is inlined at the site.
+//!   nothing else is inlined at the site but a live query's pre-filter (one word of the
+//!   tracepoint, checked only when it is active; see [`query`]).
 //! * Enabled events go into the calling thread's ring ([`layout`]) without locks or allocation,
 //!   timestamped from the TSC ([`clock`]). A full ring drops the record and counts it.
 //! * Spans ([`Span`], [`span!`]): begin/end records, per-thread parent/child context, Zipkin
@@ -202,7 +203,14 @@ macro_rules! tracepoint {
 macro_rules! event {
     ($tp:expr $(, $k:ident = $v:expr)* $(,)?) => {
         if $tp.active() {
-            $crate::__private::emit(&$tp, ($($v,)*));
+            // a match, not a let: temporaries in the arguments live until the event is emitted
+            match ($($v,)*) {
+                __weft_fields => {
+                    if $tp.prefilter_pass(&__weft_fields) {
+                        $crate::__private::emit(&$tp, __weft_fields);
+                    }
+                }
+            }
         }
     };
 }

@@ -48,8 +48,18 @@
 //!   table for an empty one, that thread's events are dropped and counted as `busy`.
 //! * A filter that is one comparison of an integer field (or none) is evaluated from a copy in
 //!   the thread's own list, before anything else of the query is touched.
+//! * A tracepoint with exactly one query, not enabled for recording, whose filter is one
+//!   comparison of a `u64` field with a constant below 2^21, gets it as a pre-filter
+//!   ([`crate::Tracepoint::prefilter_pass`]): `event!` rejects the event inline, before the
+//!   call into this module.
 //! * `comm` and `host` are read at a thread's first event after an install (a later rename of
 //!   the thread is not seen until the next install or detach).
+//! * Happened-before joins: a plan's [`Plan::carry`] packs values of an event that passes its
+//!   filter into the request's [`crate::baggage`] (each value at most
+//!   [`crate::agg::KEY_STR_MAX`] bytes; numbers as decimal text); [`Operand::Baggage`] reads
+//!   a member back (as a string) in another process. A plan that reads baggage skips events
+//!   whose request lacks one of its members (they are not counted as drops: they did not
+//!   join). Only these plans touch the baggage.
 
 use crate::agg::{AggKind, Drops, KEY_STR_MAX, KeyValue, Partial, State};
 use crate::tracepoint::{FieldSpec, Tracepoint};
@@ -299,6 +309,9 @@ struct Compiled {
     bag_keys: Vec<Box<str>>,
     /// Baggage members an event that passes the filter sets.
     carry: Vec<(Box<str>, Src)>,
+    /// The filter as a tracepoint pre-filter (field, comparison, constant), when it is one
+    /// comparison of a `u64` field with a small constant.
+    prefilter: Option<(u8, u8, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -501,6 +514,17 @@ impl Compiler<'_> {
             carry.push((key.as_str().into(), self.resolve(o)?));
         }
         let bag_keys = self.bag_keys.take();
+        let prefilter = match ops.as_slice() {
+            [Op::Cmp(Src::Field(f), Test::Int(op, c))]
+                if self.schema.get(*f as usize).and_then(|s| s.ty.as_deref()) == Some("u64") =>
+            {
+                u64::try_from(*c)
+                    .ok()
+                    .filter(|c| *c <= crate::tracepoint::PF_MAX_CONST)
+                    .and_then(|c| (*f <= crate::tracepoint::PF_MAX_FIELD).then_some((*f, *op as u8, c)))
+            }
+            _ => None,
+        };
         Ok(Compiled {
             ops,
             keys,
@@ -511,6 +535,7 @@ impl Compiler<'_> {
             capacity,
             bag_keys,
             carry,
+            prefilter,
         })
     }
 }
@@ -1071,8 +1096,8 @@ fn carry<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) {
         let mut num = [0u8; 48];
         let text: &[u8] = match read(*src, ev, ctx) {
             Some(Val::Bytes(b)) => b,
-            Some(Val::Int(v)) => decimal(&mut num, format_args!("{v}")),
-            Some(Val::Float(v)) => decimal(&mut num, format_args!("{v}")),
+            Some(Val::Int(v)) => format_into(&mut num, format_args!("{v}")),
+            Some(Val::Float(v)) => format_into(&mut num, format_args!("{v}")),
             Some(Val::Bool(v)) => {
                 if v {
                     b"true"
@@ -1080,7 +1105,7 @@ fn carry<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) {
                     b"false"
                 }
             }
-            Some(Val::Trace(t)) => decimal(&mut num, format_args!("{:032x}", u128::from_be_bytes(t))),
+            Some(Val::Trace(t)) => format_into(&mut num, format_args!("{:032x}", u128::from_be_bytes(t))),
             None => continue,
         };
         crate::baggage::put(key, &text[..text.len().min(KEY_STR_MAX)]);
@@ -1088,7 +1113,7 @@ fn carry<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) {
 }
 
 /// Format into a stack buffer (no allocation).
-fn decimal<'a>(buf: &'a mut [u8; 48], args: std::fmt::Arguments<'_>) -> &'a [u8] {
+fn format_into<'a>(buf: &'a mut [u8; 48], args: std::fmt::Arguments<'_>) -> &'a [u8] {
     use std::io::Write;
     let mut w = std::io::Cursor::new(&mut buf[..]);
     let _ = w.write_fmt(args);
@@ -1277,7 +1302,8 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
     for tp in &tps {
         tp.set_query(true);
     }
-    q.list.push(Arc::new(Installed { id, tps, compiled, threads: Mutex::new(Vec::new()) }));
+    q.list.push(Arc::new(Installed { id, tps: tps.clone(), compiled, threads: Mutex::new(Vec::new()) }));
+    set_prefilters(&q.list, &tps);
     EPOCH.fetch_add(1, Ordering::Release);
     Ok(id)
 }
@@ -1294,8 +1320,21 @@ pub fn detach(id: QueryId) -> bool {
             tp.set_query(false);
         }
     }
+    set_prefilters(&q.list, &gone.tps);
     EPOCH.fetch_add(1, Ordering::Release);
     true
+}
+
+/// A tracepoint with exactly one query whose filter fits a pre-filter gets it; any other, none.
+fn set_prefilters(list: &[Arc<Installed>], tps: &[&'static Tracepoint]) {
+    for tp in tps {
+        let mut on = list.iter().filter(|i| i.tps.iter().any(|t| std::ptr::eq(*t, *tp)));
+        let pf = match (on.next(), on.next()) {
+            (Some(only), None) => only.compiled.prefilter,
+            _ => None,
+        };
+        tp.set_prefilter(pf);
+    }
 }
 
 /// Ids and tracepoint names of the installed queries.

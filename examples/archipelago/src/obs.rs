@@ -193,8 +193,13 @@ mod imp {
         }
     }
 
+    /// Nothing to restore.
+    pub struct BaggageGuard;
+
     #[inline(always)]
-    pub fn enter_baggage(_header: Option<&str>) {}
+    pub fn enter_baggage(_header: Option<&str>) -> BaggageGuard {
+        BaggageGuard
+    }
 
     #[inline(always)]
     pub fn baggage() -> Option<String> {

@@ -12,6 +12,7 @@ tracepoint!(static MT = "qtest.mt", Debug, group = "qtest", fields = [thread: u6
 tracepoint!(static FULL = "qtest.full", Debug, group = "qtest", fields = [k: u64]);
 tracepoint!(static UNTYPED = "qtest.untyped", Debug, group = "qtest", fields = [v]);
 tracepoint!(static RACE = "qtest.race", Debug, group = "qtest", fields = [thread: u64]);
+tracepoint!(static PF = "qtest.pf", Debug, group = "qtest", fields = [a: u64, b: u64]);
 tracepoint!(static UP = "qtest.up", Debug, group = "qtest", fields = [client: str, n: u64]);
 tracepoint!(static DOWN = "qtest.down", Debug, group = "qtest", fields = [bytes: u64]);
 
@@ -211,6 +212,53 @@ fn happened_before_join_through_baggage() {
     let _b = weft_probe::baggage::enter(None);
     event!(UP, client = "alice", n = 1u64);
     assert_eq!(weft_probe::baggage::header(), None);
+}
+
+/// A query whose filter is one comparison of a `u64` field with a small constant sets the
+/// tracepoint's pre-filter (what `event!` checks inline); a second query on the tracepoint,
+/// a constant too large, or enabling the tracepoint for recording turns it off.
+#[test]
+fn one_small_comparison_becomes_the_tracepoints_prefilter() {
+    let _g = crate::lock();
+    PF.id();
+    let count = || vec![agg(AggKind::Count, None)];
+    let q = query::install(&plan(
+        "qtest.pf",
+        Filter::Cmp(field("a"), CmpOp::Ge, Const::Uint(10)),
+        vec![],
+        count(),
+    ))
+    .unwrap();
+    assert!(PF.has_prefilter());
+    assert!(!PF.prefilter_pass(&(3u64, 1u64)) && PF.prefilter_pass(&(10u64, 1u64)));
+    for a in 0..20u64 {
+        event!(PF, a = a, b = 1u64);
+    }
+    assert_eq!(query::collect(q).unwrap().events, 10);
+    let q2 = query::install(&plan(
+        "qtest.pf",
+        Filter::Cmp(field("a"), CmpOp::Lt, Const::Uint(3)),
+        vec![],
+        count(),
+    ))
+    .unwrap();
+    assert!(!PF.has_prefilter(), "two queries: either may want the event");
+    for a in 0..20u64 {
+        event!(PF, a = a, b = 1u64);
+    }
+    assert_eq!(query::collect(q).unwrap().events, 10);
+    assert_eq!(query::collect(q2).unwrap().events, 3);
+    query::detach(q2);
+    assert!(PF.has_prefilter());
+    weft_probe::enable(&"qtest.pf".parse().unwrap());
+    assert!(PF.prefilter_pass(&(3u64, 1u64)), "an enabled tracepoint records every event");
+    weft_probe::disable(&"qtest.pf".parse().unwrap());
+    query::detach(q);
+    assert!(!PF.has_prefilter());
+    let big = Filter::Cmp(field("a"), CmpOp::Ge, Const::Uint(1 << 40));
+    let q3 = query::install(&plan("qtest.pf", big, vec![], count())).unwrap();
+    assert!(!PF.has_prefilter(), "the constant does not fit the pre-filter word");
+    query::detach(q3);
 }
 
 #[test]
