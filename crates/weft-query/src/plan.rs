@@ -122,17 +122,21 @@ impl LivePlan {
             tracepoint: name.clone(),
             filter: self.filters[0].clone(),
             keys: self.keys.iter().map(|k| k.operand.clone()).collect(),
-            aggs: self
-                .aggs
-                .iter()
-                .map(|a| weft_probe::query::AggSpec {
-                    kind: a.kind,
-                    input: a.input.as_ref().map(|c| c.operand.clone()),
-                })
-                .collect(),
+            aggs: self.agg_specs(),
             capacity: self.capacity,
             carry: Vec::new(),
         })
+    }
+
+    /// The aggregates as the probe level runs them.
+    fn agg_specs(&self) -> Vec<weft_probe::query::AggSpec> {
+        self.aggs
+            .iter()
+            .map(|a| weft_probe::query::AggSpec {
+                kind: a.kind,
+                input: a.input.as_ref().map(|c| c.operand.clone()),
+            })
+            .collect()
     }
 
     /// The probe-level plans of a happened-before join of two weft-probe sources: the upstream
@@ -175,14 +179,7 @@ impl LivePlan {
                 .iter()
                 .map(|k| if k.side == j.upstream { Operand::Baggage(member(k)) } else { k.operand.clone() })
                 .collect(),
-            aggs: self
-                .aggs
-                .iter()
-                .map(|a| weft_probe::query::AggSpec {
-                    kind: a.kind,
-                    input: a.input.as_ref().map(|c| c.operand.clone()),
-                })
-                .collect(),
+            aggs: self.agg_specs(),
             capacity: self.capacity,
             carry: Vec::new(),
         };
