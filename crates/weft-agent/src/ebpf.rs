@@ -67,6 +67,11 @@ fn value(o: &Operand, uprobe: bool) -> Result<Value, String> {
         Operand::Ctx(Ctx::Cpu) => Value::Cpu,
         Operand::Ctx(Ctx::Comm) => Value::Comm,
         Operand::Ctx(c) => return Err(format!("{}: not known in the kernel's probe level", c.name())),
+        Operand::Baggage(k) => {
+            return Err(format!(
+                "baggage member {k}: request baggage is carried by weft-probe tracepoints only"
+            ));
+        }
     })
 }
 
@@ -282,7 +287,7 @@ mod tests {
     use weft_probe::query::AggSpec;
 
     fn plan(filter: Filter, keys: Vec<Operand>, aggs: Vec<AggSpec>) -> Plan {
-        Plan { tracepoint: "x".into(), filter, keys, aggs, capacity: 64 }
+        Plan { tracepoint: "x".into(), filter, keys, aggs, capacity: 64, carry: Vec::new() }
     }
 
     #[test]

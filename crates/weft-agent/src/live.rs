@@ -521,6 +521,7 @@ mod tests {
             keys: Vec::new(),
             aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
             capacity: 16,
+            carry: Vec::new(),
         };
         QueryDeploy {
             query,

@@ -57,14 +57,20 @@ pub struct WirePlan {
     pub keys: Vec<WireOperand>,
     pub aggs: Vec<WireAgg>,
     pub capacity: usize,
+    /// Baggage member and the operand whose value an event that passes the filter packs into
+    /// it (the upstream half of a happened-before join).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carry: Vec<(String, WireOperand)>,
 }
 
-/// A field (`{"field": "len"}`) or a context column (`{"ctx": "pid"}`).
+/// A field (`{"field": "len"}`), a context column (`{"ctx": "pid"}`) or a member of the
+/// request's baggage (`{"baggage": "gateway.client"}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum WireOperand {
     Field(String),
     Ctx(String),
+    Baggage(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +116,7 @@ fn operand_to(o: &Operand) -> WireOperand {
     match o {
         Operand::Field(f) => WireOperand::Field(f.clone()),
         Operand::Ctx(c) => WireOperand::Ctx(c.name().to_string()),
+        Operand::Baggage(k) => WireOperand::Baggage(k.clone()),
     }
 }
 
@@ -119,6 +126,7 @@ fn operand_from(o: &WireOperand, field: &str) -> Result<Operand, LiveError> {
         WireOperand::Ctx(c) => {
             Operand::Ctx(Ctx::parse(c).ok_or_else(|| bad(field, format!("unknown context column {c:?}")))?)
         }
+        WireOperand::Baggage(k) => Operand::Baggage(k.clone()),
     })
 }
 
@@ -189,6 +197,7 @@ impl From<&Plan> for WirePlan {
                 })
                 .collect(),
             capacity: p.capacity,
+            carry: p.carry.iter().map(|(k, o)| (k.clone(), operand_to(o))).collect(),
         }
     }
 }
@@ -228,6 +237,11 @@ impl WirePlan {
             keys,
             aggs,
             capacity: self.capacity,
+            carry: self
+                .carry
+                .iter()
+                .map(|(k, o)| Ok((k.clone(), operand_from(o, "plan.carry")?)))
+                .collect::<Result<_, LiveError>>()?,
         })
     }
 }
@@ -324,7 +338,11 @@ mod tests {
                     Box::new(Filter::Cmp(Operand::Field("lat".into()), CmpOp::Lt, Const::Float(-1.5))),
                 )))),
             ),
-            keys: vec![Operand::Field("path".into()), Operand::Ctx(Ctx::Pid)],
+            keys: vec![
+                Operand::Field("path".into()),
+                Operand::Ctx(Ctx::Pid),
+                Operand::Baggage("gateway.client".into()),
+            ],
             aggs: vec![
                 AggSpec { kind: AggKind::Count, input: None },
                 AggSpec { kind: AggKind::Sum, input: Some(Operand::Field("len".into())) },
@@ -335,6 +353,7 @@ mod tests {
                 AggSpec { kind: AggKind::Quantile(0.99), input: Some(Operand::Field("lat".into())) },
             ],
             capacity: 2048,
+            carry: vec![("blocker.path".into(), Operand::Field("path".into()))],
         }
     }
 
