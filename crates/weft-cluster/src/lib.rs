@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ballista::prelude::SessionContextExt;
-use futures::StreamExt;
+use weft_store::datafusion::arrow::compute::concat_batches;
 use weft_store::datafusion::arrow::datatypes::SchemaRef;
 use weft_store::datafusion::catalog::TableProvider;
 use weft_store::datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -201,22 +201,11 @@ pub async fn query(cluster: &str, dir: &Path, sql: &str, max_rows: usize) -> Res
     let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     let df = ctx.sql_with_options(sql, opts).await.map_err(ClusterError::Query)?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-    let mut stream = df.execute_stream().await.map_err(ClusterError::Query)?;
-    let mut batches = Vec::new();
-    let mut rows = 0usize;
-    let mut truncated = false;
-    while let Some(b) = stream.next().await {
-        let b = b.map_err(ClusterError::Query)?;
-        if rows + b.num_rows() > max_rows {
-            let keep = max_rows - rows;
-            if keep > 0 {
-                batches.push(b.slice(0, keep));
-            }
-            truncated = true;
-            break;
-        }
-        rows += b.num_rows();
-        batches.push(b);
-    }
+    // One row past the limit tells whether more existed.
+    let df = df.limit(0, Some(max_rows.saturating_add(1))).map_err(ClusterError::Query)?;
+    let batches = df.collect().await.map_err(ClusterError::Query)?;
+    let all = concat_batches(&schema, &batches).map_err(|e| ClusterError::Query(e.into()))?;
+    let truncated = all.num_rows() > max_rows;
+    let batches = vec![all.slice(0, all.num_rows().min(max_rows))];
     Ok(SqlResult { schema, batches, truncated })
 }
