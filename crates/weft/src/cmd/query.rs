@@ -40,6 +40,11 @@ pub struct Args {
     /// Query this data directory directly instead of a server (read-only).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Run the query on an Apache DataFusion Ballista cluster, its scheduler at this URL
+    /// (`df://HOST:PORT`), over the segments of --data-dir (every node sees it at that path).
+    /// Needs a weft built with `--features cluster` (or use `weft-cluster query`).
+    #[arg(long, value_name = "URL", requires = "data_dir")]
+    pub cluster: Option<String>,
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     pub format: Format,
@@ -94,6 +99,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         return super::live::run(live, &mut out);
     }
+    if let (Some(url), Some(dir)) = (&args.cluster, &args.data_dir) {
+        let res = cluster(url, dir, &sql, args.max_rows)?;
+        return print_result(&res, args.format, args.max_rows, &mut out);
+    }
     match &args.data_dir {
         Some(dir) => local(dir, &sql, args.format, args.max_rows, &mut out),
         None => remote(&args.url, &sql, args.format, args.max_rows, &mut out),
@@ -115,6 +124,37 @@ fn local(
     let store = Store::open(cfg).with_context(|| format!("opening {}", dir.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let res = rt.block_on(store.sql(sql, max_rows))?;
+    print_result(&res, format, max_rows, out)
+}
+
+/// `--cluster`: the query on a Ballista cluster over the directory's segments (with the
+/// feature `cluster`; without it, an error saying where distributed SQL lives).
+fn cluster(
+    url: &str,
+    dir: &std::path::Path,
+    sql: &str,
+    max_rows: usize,
+) -> anyhow::Result<weft_store::SqlResult> {
+    #[cfg(feature = "cluster")]
+    {
+        let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        Ok(rt.block_on(weft_cluster::query(url, dir, sql, max_rows))?)
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = (dir, sql, max_rows);
+        bail!(
+            "--cluster {url}: this weft was built without Ballista; run the query with `weft-cluster query --cluster {url} --data DIR SQL` (package weft-cluster), or build weft with `--features cluster`"
+        )
+    }
+}
+
+fn print_result(
+    res: &weft_store::SqlResult,
+    format: Format,
+    max_rows: usize,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let text = match format {
         Format::Table => render::to_table(&res.schema, &res.batches),
         Format::Csv => render::to_csv(&res.schema, &res.batches),

@@ -170,3 +170,19 @@ impl Drop for WeftServe {
         }
     }
 }
+
+/// Without the `cluster` feature, `weft query --cluster` says where distributed SQL lives.
+#[cfg(not(feature = "cluster"))]
+#[test]
+fn query_cluster_without_the_feature_says_how() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(weft_bin())
+        .args(["query", "--cluster", "df://127.0.0.1:50050", "--data-dir"])
+        .arg(tmp.path())
+        .arg("SELECT count(*) FROM spans")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("weft-cluster query") && err.contains("--features cluster"), "{err}");
+}

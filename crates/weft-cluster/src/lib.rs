@@ -1,0 +1,211 @@
+//! # weft-cluster
+//!
+//! Distributed SQL over a weft store's segments on Apache DataFusion Ballista.
+//!
+//! [`register_store`] registers the tables `spans`, `span_events`, `span_links` and `events`
+//! in a (Ballista) DataFusion session, with the columns of [`weft_store::Store::sql`], built
+//! from the Parquet files that the store directory's manifest names: one listing table per
+//! table over exactly those files. Segments that keep their resources apart (a
+//! `span_resources` file, span rows carrying a `resource_ref`) get the four `resource_*`
+//! columns back by a join on `resource_ref`, which a cluster runs like any other join.
+//! [`query`] connects to a Ballista scheduler, registers the tables and runs one read-only
+//! statement.
+//!
+//! What a cluster sees is the segments only: spans still in a running store's write-ahead log
+//! and in-memory buffer (not yet flushed) are not in its answers. Trace by id and search stay
+//! on weft's own single-node path. The scheduler plans with the files' Parquet metadata and
+//! the executors read the files, so every node must see the store directory at the same path
+//! (a shared file system).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ballista::prelude::SessionContextExt;
+use weft_store::datafusion::arrow::compute::concat_batches;
+use weft_store::datafusion::arrow::datatypes::SchemaRef;
+use weft_store::datafusion::catalog::TableProvider;
+use weft_store::datafusion::datasource::file_format::parquet::ParquetFormat;
+use weft_store::datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use weft_store::datafusion::error::DataFusionError;
+use weft_store::datafusion::logical_expr::JoinType;
+use weft_store::datafusion::prelude::{SQLOptions, SessionContext, col};
+use weft_store::manifest::{self, Manifest};
+use weft_store::schema;
+use weft_store::{SqlResult, StoreError};
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The directory holds no manifest.
+    #[error("{0} is not a weft data directory with segments (no MANIFEST.json)")]
+    NotAStore(PathBuf),
+    /// The manifest could not be read.
+    #[error("reading the manifest: {0}")]
+    Manifest(#[from] StoreError),
+    /// A file path could not be made a table location.
+    #[error("{path}: {reason}")]
+    Path {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Registering the tables failed.
+    #[error("registering table {table}: {source}")]
+    Register {
+        /// The table.
+        table: &'static str,
+        /// DataFusion's error.
+        source: DataFusionError,
+    },
+    /// The scheduler could not be reached.
+    #[error("connecting to the Ballista scheduler at {url}: {source}")]
+    Connect {
+        /// The scheduler URL.
+        url: String,
+        /// Ballista's error.
+        source: DataFusionError,
+    },
+    /// The query failed (planning or on the cluster).
+    #[error("query failed: {0}")]
+    Query(DataFusionError),
+}
+
+/// Result of this crate.
+pub type Result<T> = std::result::Result<T, ClusterError>;
+
+/// What [`register_store`] registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registered {
+    /// Segments named by the manifest.
+    pub segments: usize,
+    /// Parquet files the tables read.
+    pub files: usize,
+}
+
+/// File extension that no file has: the listing of a table without files (a store without
+/// span links, say) finds nothing and the table is empty, with its columns.
+const NO_FILE: &str = ".weft-cluster-table-without-files";
+
+/// Registers `spans`, `span_events`, `span_links` and `events` in `ctx` over the segments that
+/// the manifest of the store in `dir` names.
+pub fn register_store(ctx: &SessionContext, dir: &Path) -> Result<Registered> {
+    let m = manifest::load(dir)?.ok_or_else(|| ClusterError::NotAStore(dir.to_owned()))?;
+    let seg_dir = std::path::absolute(dir.join("segments"))
+        .map_err(|e| ClusterError::Path { path: dir.join("segments"), reason: e.to_string() })?;
+    let mut files = 0;
+    for (t, name) in schema::TABLE_NAMES.iter().enumerate().skip(1) {
+        let paths = table_files(&m, &seg_dir, name, |_| true);
+        files += paths.len();
+        let table = listing(&seg_dir, paths, schema::schema_of(t), name)?;
+        ctx.register_table(*name, table).map_err(|source| ClusterError::Register { table: name, source })?;
+    }
+    let apart = |s: &weft_store::SegmentMeta| s.file(schema::SPAN_RESOURCES).is_some();
+    let whole = table_files(&m, &seg_dir, schema::SPANS, |s| !apart(s));
+    let split = table_files(&m, &seg_dir, schema::SPANS, apart);
+    let resources = table_files(&m, &seg_dir, schema::SPAN_RESOURCES, apart);
+    files += whole.len() + split.len() + resources.len();
+    let spans = spans_view(ctx, &seg_dir, whole, split, resources)
+        .map_err(|source| ClusterError::Register { table: schema::SPANS, source })?;
+    ctx.register_table(schema::SPANS, spans)
+        .map_err(|source| ClusterError::Register { table: schema::SPANS, source })?;
+    Ok(Registered { segments: m.segments.len(), files })
+}
+
+/// Paths of the `table` files of the segments that `pick` accepts.
+fn table_files(
+    m: &Manifest,
+    seg_dir: &Path,
+    table: &str,
+    pick: impl Fn(&weft_store::SegmentMeta) -> bool,
+) -> Vec<PathBuf> {
+    m.segments
+        .iter()
+        .filter(|s| pick(s))
+        .filter_map(|s| s.file(table))
+        .map(|f| seg_dir.join(&f.file))
+        .collect()
+}
+
+/// A listing table of `schema` over exactly `paths` (no files: an empty table).
+fn listing(
+    seg_dir: &Path,
+    paths: Vec<PathBuf>,
+    schema: SchemaRef,
+    table: &'static str,
+) -> Result<Arc<dyn TableProvider>> {
+    let url = |p: &Path| {
+        ListingTableUrl::parse(p.to_string_lossy())
+            .map_err(|e| ClusterError::Path { path: p.to_owned(), reason: e.to_string() })
+    };
+    let (urls, ext) = if paths.is_empty() {
+        (vec![url(seg_dir)?], NO_FILE)
+    } else {
+        (paths.iter().map(|p| url(p)).collect::<Result<Vec<_>>>()?, ".parquet")
+    };
+    let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(ext);
+    let config =
+        ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
+    let t = ListingTable::try_new(config).map_err(|source| ClusterError::Register { table, source })?;
+    Ok(Arc::new(t))
+}
+
+/// `spans`: the spans files that keep their resource columns, and those that keep a
+/// `resource_ref` joined with their segments' resources files (a `resource_ref` names one
+/// resource of one segment), in the columns of [`schema::spans_schema`].
+fn spans_view(
+    ctx: &SessionContext,
+    seg_dir: &Path,
+    whole: Vec<PathBuf>,
+    split: Vec<PathBuf>,
+    resources: Vec<PathBuf>,
+) -> std::result::Result<Arc<dyn TableProvider>, DataFusionError> {
+    let register = |r: Result<Arc<dyn TableProvider>>| r.map_err(|e| DataFusionError::External(Box::new(e)));
+    let logical = schema::spans_schema();
+    let names: Vec<&str> = logical.fields().iter().map(|f| f.name().as_str()).collect();
+    let whole_df = |ctx: &SessionContext, whole: Vec<PathBuf>| -> std::result::Result<_, DataFusionError> {
+        let t = register(listing(seg_dir, whole, logical.clone(), schema::SPANS))?;
+        ctx.read_table(t)?.select_columns(&names)
+    };
+    if split.is_empty() {
+        return Ok(whole_df(ctx, whole)?.into_view());
+    }
+    let files = register(listing(seg_dir, split, schema::spans_file_schema(), schema::SPANS))?;
+    let res = register(listing(seg_dir, resources, schema::span_resources_schema(), schema::SPAN_RESOURCES))?;
+    // The resources side's `resource_ref` renamed, so that every column of the join has a
+    // name of its own.
+    let renamed = "weft_resources_ref";
+    let mut res_cols = vec![col(schema::RESOURCE_REF).alias(renamed)];
+    res_cols.extend(schema::RESOURCE_COLUMNS.iter().map(|c| col(*c)));
+    let files = ctx.read_table(files)?.alias("f")?;
+    let res = ctx.read_table(res)?.select(res_cols)?.alias("r")?;
+    let joined = files
+        .join(res, JoinType::Inner, &[schema::RESOURCE_REF], &[renamed], None)?
+        .select_columns(&names)?;
+    if whole.is_empty() {
+        return Ok(joined.into_view());
+    }
+    Ok(whole_df(ctx, whole)?.union(joined)?.into_view())
+}
+
+/// Runs one read-only statement (no DDL, DML or `SET`) on the Ballista cluster whose scheduler
+/// is at `cluster` (`df://host:port`) over the store in `dir`; at most `max_rows` rows.
+pub async fn query(cluster: &str, dir: &Path, sql: &str, max_rows: usize) -> Result<SqlResult> {
+    let ctx = SessionContext::remote(cluster)
+        .await
+        .map_err(|source| ClusterError::Connect { url: cluster.to_owned(), source })?;
+    let reg = register_store(&ctx, dir)?;
+    tracing::debug!(segments = reg.segments, files = reg.files, "tables registered");
+    let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+    let df = ctx.sql_with_options(sql, opts).await.map_err(ClusterError::Query)?;
+    let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    // One row past the limit tells whether more existed.
+    let df = df.limit(0, Some(max_rows.saturating_add(1))).map_err(ClusterError::Query)?;
+    let batches = df.collect().await.map_err(ClusterError::Query)?;
+    let all = concat_batches(&schema, &batches).map_err(|e| ClusterError::Query(e.into()))?;
+    let truncated = all.num_rows() > max_rows;
+    let batches = vec![all.slice(0, all.num_rows().min(max_rows))];
+    Ok(SqlResult { schema, batches, truncated })
+}

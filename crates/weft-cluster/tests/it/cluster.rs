@@ -1,0 +1,210 @@
+//! A scheduler and two executors (processes of the `weft-cluster` binary on 127.0.0.1) answer
+//! SQL over a store's segments as `Store::sql` does.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weft_store::{Store, StoreConfig, render};
+use weft_synth::shop::Shop;
+
+const BIN: &str = env!("CARGO_BIN_EXE_weft-cluster");
+
+/// Child processes killed when the test ends, however it ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn(args: &[&str], log: &Path) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    Command::new(BIN).args(args).env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(out).spawn().unwrap()
+}
+
+fn wait_listening(port: u16) {
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The rows of a result as CSV lines, sorted (the header stays first).
+fn sorted_csv(res: &weft_store::SqlResult) -> Vec<String> {
+    let text = render::to_csv(&res.schema, &res.batches);
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    if lines.len() > 1 {
+        lines[1..].sort();
+    }
+    lines
+}
+
+/// Files anywhere under `dir`.
+fn files_under(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
+    rd.flatten()
+        .map(|e| {
+            let p: PathBuf = e.path();
+            if p.is_dir() { files_under(&p) } else { 1 }
+        })
+        .sum()
+}
+
+const QUERIES: &[&str] = &[
+    "SELECT service_name, count(*) AS n FROM spans GROUP BY service_name",
+    "SELECT name, count(*) AS n, avg(duration_ns) AS avg_ns, median(duration_ns) AS p50, \
+     min(duration_ns) AS lo, max(duration_ns) AS hi FROM spans GROUP BY name",
+    "SELECT s.service_name, e.name, count(*) AS n FROM spans s JOIN span_events e \
+     ON s.trace_id = e.trace_id AND s.span_id = e.span_id GROUP BY 1, 2",
+    "SELECT attributes['http.route'] AS route, attributes['http.response.status_code'] AS code, count(*) AS n \
+     FROM spans WHERE attributes['http.route'] IS NOT NULL GROUP BY 1, 2",
+    "SELECT encode(trace_id, 'hex') AS t, encode(span_id, 'hex') AS s, resource_attributes['host.name'] AS host, \
+     scope_name, start_time FROM spans WHERE status_code = 'error'",
+    "SELECT count(*) AS n FROM span_links",
+    "SELECT count(*) AS n FROM events",
+];
+
+#[test]
+fn cluster_answers_as_the_single_node_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    // Several segments (no compaction), so that the scans have several files to spread over
+    // the executors.
+    let mut cfg = StoreConfig::new(&data);
+    cfg.compaction_small_bytes = 0;
+    let store = Store::open(cfg).unwrap();
+    let mut shop = Shop::new(7, 1_700_000_000_000_000_000, 5_000_000);
+    for _ in 0..4 {
+        store.append(&shop.spans(5_000)).unwrap();
+        store.flush().unwrap();
+    }
+    store.close().unwrap();
+    drop(store);
+    assert_eq!(weft_store::manifest::load(&data).unwrap().unwrap().segments.len(), 4);
+
+    let (sched, f1, g1, f2, g2) = (
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+    );
+    let mut procs = Procs(Vec::new());
+    let bind = format!("127.0.0.1:{sched}");
+    procs.0.push(spawn(
+        &["scheduler", "--bind", &bind, "--external-host", "127.0.0.1"],
+        &tmp.path().join("scheduler.log"),
+    ));
+    wait_listening(sched);
+    let mut work_dirs = Vec::new();
+    for (i, (flight, grpc)) in [(f1, g1), (f2, g2)].into_iter().enumerate() {
+        let work = tmp.path().join(format!("work{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let (flight, grpc) = (flight.to_string(), grpc.to_string());
+        procs.0.push(spawn(
+            &[
+                "executor",
+                "--scheduler",
+                &bind,
+                "--bind-host",
+                "127.0.0.1",
+                "--external-host",
+                "127.0.0.1",
+                "--port",
+                &flight,
+                "--grpc-port",
+                &grpc,
+                "--concurrent-tasks",
+                "2",
+                "--work-dir",
+                work.to_str().unwrap(),
+            ],
+            &tmp.path().join(format!("executor{i}.log")),
+        ));
+        work_dirs.push(work);
+    }
+    wait_listening(f1);
+    wait_listening(f2);
+    assert!(work_dirs.iter().all(|w| files_under(w) == 0));
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let mut cfg = StoreConfig::new(&data);
+    cfg.read_only = true;
+    let single = Store::open(cfg).unwrap();
+    let url = format!("df://127.0.0.1:{sched}");
+    for sql in QUERIES {
+        let local = rt.block_on(single.sql(sql, 1_000_000)).unwrap();
+        let remote = rt.block_on(weft_cluster::query(&url, &data, sql, 1_000_000)).unwrap_or_else(|e| {
+            let logs = ["scheduler.log", "executor0.log", "executor1.log"]
+                .map(|f| std::fs::read_to_string(tmp.path().join(f)).unwrap_or_default());
+            panic!("{sql}: {e}\n{}", logs.join("\n----\n"))
+        });
+        let (l, r) = (sorted_csv(&local), sorted_csv(&remote));
+        assert!(l.len() > 1, "{sql}: no rows to compare");
+        assert_eq!(l, r, "{sql}");
+    }
+
+    // The executors ran the tasks (both of them): each task writes its output under its
+    // executor's work dir.
+    let per_executor: Vec<usize> = work_dirs.iter().map(|w| files_under(w)).collect();
+    eprintln!("task output files per executor: {per_executor:?}");
+    assert!(per_executor.iter().all(|n| *n > 0), "an executor ran no task: {per_executor:?}");
+
+    // The binary's `query` gives the same answer as the library.
+    let out = Command::new(BIN)
+        .args(["query", "--cluster", &url, "--data", data.to_str().unwrap(), "--format", "csv", QUERIES[0]])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    got[1..].sort();
+    let want = sorted_csv(&rt.block_on(single.sql(QUERIES[0], 1_000_000)).unwrap());
+    assert_eq!(got, want);
+
+    // One bigger query, timed both ways (reported, never asserted).
+    let big = QUERIES[2];
+    let t0 = Instant::now();
+    rt.block_on(single.sql(big, 1_000_000)).unwrap();
+    let t_single = t0.elapsed();
+    let t0 = Instant::now();
+    rt.block_on(weft_cluster::query(&url, &data, big, 1_000_000)).unwrap();
+    let t_cluster = t0.elapsed();
+    eprintln!("join query over 20k spans: single node {t_single:?}, cluster {t_cluster:?}");
+}
+
+#[test]
+fn tables_registered_in_a_local_session_answer_as_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(tmp.path())).unwrap();
+    let mut shop = Shop::new(3, 1_700_000_000_000_000_000, 5_000_000);
+    for _ in 0..2 {
+        store.append(&shop.spans(500)).unwrap();
+        store.flush().unwrap();
+    }
+    store.close().unwrap();
+    let ctx = weft_store::datafusion::prelude::SessionContext::new();
+    let reg = weft_cluster::register_store(&ctx, tmp.path()).unwrap();
+    assert_eq!(reg.segments, 2);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for sql in QUERIES.iter().chain(&["SELECT * FROM spans", "SELECT * FROM span_events"]) {
+        let want = rt.block_on(store.sql(sql, 1_000_000)).unwrap();
+        let batches = rt.block_on(async { ctx.sql(sql).await?.collect().await }).unwrap();
+        let got = weft_store::SqlResult { schema: want.schema.clone(), batches, truncated: false };
+        assert_eq!(sorted_csv(&want), sorted_csv(&got), "{sql}");
+    }
+}
+
+#[test]
+fn a_directory_without_manifest_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ctx = weft_store::datafusion::prelude::SessionContext::new();
+    let e = weft_cluster::register_store(&ctx, tmp.path()).unwrap_err().to_string();
+    assert!(e.contains(&tmp.path().display().to_string()) && e.contains("MANIFEST.json"), "{e}");
+}

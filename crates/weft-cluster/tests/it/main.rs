@@ -1,0 +1,3 @@
+//! Integration tests of weft-cluster.
+
+mod cluster;
