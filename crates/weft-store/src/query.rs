@@ -128,8 +128,7 @@ impl TableProvider for SnapshotTable {
         }
         if let Some(scan) = parquet_scan(
             state,
-            &self.snapshot.files_at.url,
-            files,
+            (&self.snapshot.files_at.url, files),
             self.schema.clone(),
             projection.cloned(),
             filters,
@@ -152,8 +151,7 @@ impl TableProvider for SnapshotTable {
                 .collect();
             if let Some(scan) = parquet_scan(
                 state,
-                &self.snapshot.files_at.url,
-                split,
+                (&self.snapshot.files_at.url, split),
                 file_schema.clone(),
                 Some(cols.clone()),
                 &usable,
@@ -237,12 +235,11 @@ fn file_projection(projected: &SchemaRef) -> DfResult<(Vec<usize>, bool)> {
     Ok((cols, wants_resources))
 }
 
-/// A Parquet scan of `files` in the object store `url` (table schema `schema`), spread over `partitions` groups by size,
+/// A Parquet scan of `files` in the object store at `url` (table schema `schema`), spread over `partitions` groups by size,
 /// with the filters as a pruning predicate; `None` without files.
 async fn parquet_scan(
     state: &dyn Session,
-    url: &ObjectStoreUrl,
-    mut files: Vec<(String, u64)>,
+    (url, mut files): (&ObjectStoreUrl, Vec<(String, u64)>),
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     filters: &[Expr],
