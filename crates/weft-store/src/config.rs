@@ -49,6 +49,10 @@ pub struct StoreConfig {
     /// Creates the WAL's files: the real file system ([`crate::wal::OsFiles`]) unless a test
     /// injects write or fsync failures.
     pub wal_files: Arc<dyn crate::wal::WalFiles>,
+    /// Keep segments and manifests in this bucket (the data directory keeps the WAL and a
+    /// copy of the live segments); `None`: the data directory only.
+    #[cfg(feature = "s3")]
+    pub bucket: Option<crate::bucket::BucketConfig>,
 }
 
 impl StoreConfig {
@@ -72,6 +76,8 @@ impl StoreConfig {
             query_memory_bytes: 1 << 30,
             read_only: false,
             wal_files: Arc::new(crate::wal::OsFiles),
+            #[cfg(feature = "s3")]
+            bucket: None,
         }
     }
 }

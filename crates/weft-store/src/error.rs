@@ -83,6 +83,19 @@ pub enum StoreError {
         #[source]
         source: datafusion::parquet::errors::ParquetError,
     },
+    /// A request to the segments' bucket failed (names the object: `s3://bucket/key`).
+    #[error("bucket: {op} {object}: {reason}")]
+    Bucket {
+        /// What was done: read, write, upload, delete.
+        op: &'static str,
+        /// The object.
+        object: String,
+        /// What the bucket (or the network) said.
+        reason: String,
+    },
+    /// The configuration cannot be used (names the setting).
+    #[error("configuration: {0}")]
+    Config(String),
     /// DataFusion error.
     #[error("{0}")]
     DataFusion(#[from] datafusion::error::DataFusionError),

@@ -1,6 +1,7 @@
 //! # weft-store
 //!
-//! weft's durable span store: one directory, no external services.
+//! weft's durable span store: one directory, no external services (optionally a bucket
+//! holding the segments, feature `s3`).
 //!
 //! ```text
 //!  append(spans) ──▶ Arrow batches ──▶ WAL record (fsync policy) ──▶ in-memory buffer ──┐
@@ -35,6 +36,12 @@
 //!   read once by [`Store::trace`] and [`Store::search`] and written once by compaction
 //!   (same trace id, span id and content hash; two different spans sharing ids are both kept).
 //!   SQL over `spans` sees both copies until compaction merges the segments holding them.
+//! * **A bucket** (cargo feature `s3`, `StoreConfig::bucket`): segments, resource files and
+//!   manifests are also kept in an S3-compatible bucket (`bucket`): a flush uploads the segment,
+//!   puts the bucket's manifest, then the local one, then trims the WAL; a failed upload is
+//!   retried with the flush's backoff while appends go on into the WAL. Opening takes the
+//!   bucket's manifest and fetches missing segment files; SQL and search read the files from
+//!   the bucket (DataFusion's object-store registry), trace by id the local copy.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows;
 //!   [`Store::trace_bounded`] stops reading past a span limit and says so),
@@ -58,6 +65,8 @@
 
 pub mod arrow_rows;
 mod attrs;
+#[cfg(feature = "s3")]
+mod bucket;
 mod config;
 mod dedup;
 mod engine;
@@ -91,6 +100,8 @@ pub use datafusion;
 pub use datafusion::arrow::array::RecordBatch;
 
 pub use arrow_rows::{SpanBatches, batches_to_spans, events_to_batch, spans_to_batches};
+#[cfg(feature = "s3")]
+pub use bucket::BucketConfig;
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use manifest::{FileMeta, Manifest, SegmentMeta};

@@ -127,7 +127,12 @@ pub fn load(dir: &Path) -> Result<Option<Manifest>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err("read", &path)(e)),
     };
-    let mut m: Manifest = serde_json::from_slice(&text)
+    parse(&text, path).map(Some)
+}
+
+/// Parses a manifest's text (`path` names where it came from in errors).
+pub(crate) fn parse(text: &[u8], path: PathBuf) -> Result<Manifest> {
+    let mut m: Manifest = serde_json::from_slice(text)
         .map_err(|e| StoreError::Manifest { path: path.clone(), reason: e.to_string() })?;
     if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&m.version) {
         return Err(StoreError::Manifest {
@@ -140,7 +145,7 @@ pub fn load(dir: &Path) -> Result<Option<Manifest>> {
     }
     // What this weft writes next may be in the newer layout.
     m.version = FORMAT_VERSION;
-    Ok(Some(m))
+    Ok(m)
 }
 
 /// The manifest of the store in `dir` being opened, its segment files in `seg_dir`. Without a

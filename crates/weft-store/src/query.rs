@@ -7,6 +7,7 @@
 //! its segments alive, so compaction and retention never delete a file under a running query.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -31,9 +32,30 @@ use crate::resources::{ExpandExec, ResourceLookup};
 use crate::schema;
 use crate::segment::Segment;
 
+/// Where segment files are read from: the data directory, or a bucket registered in the
+/// runtime's object-store registry under `url`.
+#[derive(Debug, Clone)]
+pub(crate) struct FilesAt {
+    pub url: ObjectStoreUrl,
+    /// The segment files' directory (local) or key prefix (bucket).
+    pub base: String,
+}
+
+impl FilesAt {
+    /// The data directory's `segments/`.
+    pub fn local(seg_dir: &Path) -> FilesAt {
+        FilesAt { url: ObjectStoreUrl::local_filesystem(), base: seg_dir.to_string_lossy().into_owned() }
+    }
+
+    fn path(&self, file: &str) -> String {
+        format!("{}/{file}", self.base)
+    }
+}
+
 /// What a query sees: live segments and buffered batches, per table.
 pub(crate) struct Snapshot {
     pub segments: Vec<Arc<Segment>>,
+    pub files_at: FilesAt,
     /// Buffered batches (active and frozen buffers), per table; spans in the segment files'
     /// layout.
     pub memory: [Vec<RecordBatch>; 4],
@@ -99,16 +121,21 @@ impl TableProvider for SnapshotTable {
                 resources.push((seg.meta.id, r));
             }
             let apart = res.is_some();
-            for (t, path, bytes) in seg.paths() {
-                if t == table_name {
-                    let f = (path.to_string_lossy().into_owned(), bytes);
-                    if apart { split.push(f) } else { files.push(f) }
-                }
+            for f in seg.meta.files.iter().filter(|f| f.table == table_name) {
+                let f = (self.snapshot.files_at.path(&f.file), f.bytes);
+                if apart { split.push(f) } else { files.push(f) }
             }
         }
-        if let Some(scan) =
-            parquet_scan(state, files, self.schema.clone(), projection.cloned(), filters, limit, partitions)
-                .await?
+        if let Some(scan) = parquet_scan(
+            state,
+            (&self.snapshot.files_at.url, files),
+            self.schema.clone(),
+            projection.cloned(),
+            filters,
+            limit,
+            partitions,
+        )
+        .await?
         {
             inputs.push(scan);
         }
@@ -124,7 +151,7 @@ impl TableProvider for SnapshotTable {
                 .collect();
             if let Some(scan) = parquet_scan(
                 state,
-                split,
+                (&self.snapshot.files_at.url, split),
                 file_schema.clone(),
                 Some(cols.clone()),
                 &usable,
@@ -208,11 +235,11 @@ fn file_projection(projected: &SchemaRef) -> DfResult<(Vec<usize>, bool)> {
     Ok((cols, wants_resources))
 }
 
-/// A Parquet scan of `files` (table schema `schema`), spread over `partitions` groups by size,
+/// A Parquet scan of `files` in the object store at `url` (table schema `schema`), spread over `partitions` groups by size,
 /// with the filters as a pruning predicate; `None` without files.
 async fn parquet_scan(
     state: &dyn Session,
-    mut files: Vec<(String, u64)>,
+    (url, mut files): (&ObjectStoreUrl, Vec<(String, u64)>),
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     filters: &[Expr],
@@ -238,7 +265,7 @@ async fn parquet_scan(
         let phys = state.create_physical_expr(pred, &df_schema)?;
         source = source.with_predicate(phys);
     }
-    let conf = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+    let conf = FileScanConfigBuilder::new(url.clone(), Arc::new(source))
         .with_file_groups(groups.into_iter().map(|g| FileGroup::new(g.1)).collect())
         .with_projection_indices(projection)?
         .with_limit(limit)

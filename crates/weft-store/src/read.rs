@@ -69,7 +69,12 @@ impl Store {
             m.extend(active[t].iter().cloned());
         }
         memory_resources.push((u64::from(st.active.resources.id()), st.active.resources.batch()?));
-        Ok(Arc::new(Snapshot { segments: st.segments.clone(), memory, memory_resources }))
+        Ok(Arc::new(Snapshot {
+            segments: st.segments.clone(),
+            files_at: self.inner.files_at.clone(),
+            memory,
+            memory_resources,
+        }))
     }
 
     /// All spans of a trace, ordered by start time (empty when unknown).

@@ -92,6 +92,7 @@ impl Inner {
         // Its spans are as old (to retention) as when they were first written.
         meta.spans_written_ns = best.iter().map(|s| s.meta.written_ns()).max().unwrap_or(meta.created_ns);
         wal::fsync_dir(&self.seg_dir)?;
+        self.upload_segment(&meta)?;
         let seg = Arc::new(Segment::open(&self.seg_dir, meta.clone())?);
         let inputs: Vec<u64> = best.iter().map(|s| s.meta.id).collect();
         tracing::info!(inputs = ?inputs, output = id, "compacted segments");

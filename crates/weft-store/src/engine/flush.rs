@@ -8,7 +8,7 @@ use std::time::Instant;
 use super::Inner;
 use crate::error::Result;
 use crate::segment::{self, Segment};
-use crate::{manifest, schema, wal};
+use crate::{schema, wal};
 
 impl Inner {
     /// Flushes every frozen buffer, oldest first.
@@ -32,6 +32,7 @@ impl Inner {
                 &self.cfg.write,
             )?;
             wal::fsync_dir(&self.seg_dir)?;
+            self.upload_segment(&meta)?;
             let seg = Arc::new(Segment::open(&self.seg_dir, meta.clone())?);
             {
                 let mut m = self.manifest.lock();
@@ -39,7 +40,7 @@ impl Inner {
                 next_m.segments.push(meta.clone());
                 next_m.next_segment_id = id + 1;
                 next_m.wal_checkpoint = next_m.wal_checkpoint.max(wal_upto);
-                manifest::store(&self.dir, &next_m)?;
+                self.store_manifest(&next_m)?;
                 *m = next_m;
             }
             {

@@ -6,7 +6,8 @@
 //!   after a failed write (retried by the background thread every `wal_retry_interval`);
 //! * [`flush`] — frozen buffers become segments;
 //! * [`retention`] — segments deleted by age and total size;
-//! * [`compact`] — runs of small segments merged into larger ones.
+//! * [`compact`] — runs of small segments merged into larger ones;
+//! * [`remote`] — the bucket's copy of segments and manifests (feature `s3`).
 //!
 //! Flushes, retention and compaction each publish a new manifest; they are serialized by
 //! [`Inner::maint`].
@@ -14,6 +15,7 @@
 mod compact;
 mod flush;
 mod open;
+mod remote;
 mod retention;
 mod write;
 
@@ -32,9 +34,10 @@ pub(crate) use write::with_payload_buffer;
 
 use crate::config::StoreConfig;
 use crate::error::Result;
-use crate::manifest::{self, Manifest, SegmentMeta};
+use crate::manifest::{Manifest, SegmentMeta};
 use crate::memtable::MemTable;
 use crate::metrics::Metrics;
+use crate::query::FilesAt;
 use crate::segment::Segment;
 use crate::wal::{FsyncPolicy, WalSync, WalWriter};
 
@@ -77,6 +80,14 @@ pub(crate) struct Inner {
     pub(crate) shutdown: AtomicBool,
     pub(crate) wake: (Mutex<bool>, Condvar),
     pub(crate) runtime: Arc<RuntimeEnv>,
+    /// Where SQL reads segment files (the bucket when there is one).
+    pub(crate) files_at: FilesAt,
+    /// Where segments and manifests are kept besides the data directory.
+    #[cfg(feature = "s3")]
+    pub(crate) bucket: Option<crate::bucket::Bucket>,
+    /// Retired segments whose objects are deleted from the bucket once no query holds them.
+    #[cfg(feature = "s3")]
+    pub(crate) retired: Mutex<Vec<(std::sync::Weak<Segment>, SegmentMeta)>>,
     pub(crate) _lock: Option<File>,
 }
 
@@ -147,14 +158,16 @@ impl Inner {
                 next_m.segments.sort_by_key(|s| s.id);
                 next_m.next_segment_id = next_m.next_segment_id.max(meta.id + 1);
             }
-            manifest::store(&self.dir, &next_m)?;
+            self.store_manifest(&next_m)?;
             *m = next_m;
         }
         let mut st = self.state.write();
         let mut kept = Vec::with_capacity(st.segments.len());
+        let mut removed = Vec::new();
         for s in st.segments.drain(..) {
             if remove.contains(&s.meta.id) {
                 s.retire();
+                removed.push((Arc::downgrade(&s), s.meta.clone()));
             } else {
                 kept.push(s);
             }
@@ -164,6 +177,8 @@ impl Inner {
             kept.sort_by_key(|s| s.meta.id);
         }
         st.segments = kept;
+        drop(st);
+        self.delete_uploaded(removed);
         Ok(())
     }
 
@@ -219,6 +234,7 @@ impl Inner {
                     Ok(false) => {}
                     Err(e) => tracing::error!(error = %e, "compaction failed"),
                 }
+                self.delete_uploaded(Vec::new());
             }
         }
     }

@@ -17,6 +17,7 @@ use crate::error::{self, Result, StoreError};
 use crate::manifest;
 use crate::memtable::MemTable;
 use crate::metrics::Metrics;
+use crate::query::FilesAt;
 use crate::segment::Segment;
 use crate::wal::{self, WalRecord, WalSync, WalWriter};
 
@@ -54,6 +55,16 @@ impl Inner {
                 std::fs::create_dir_all(d).map_err(error::io_err("create directory", d))?;
             }
         }
+        #[cfg(feature = "s3")]
+        let bucket = match &cfg.bucket {
+            Some(_) if read_only => {
+                return Err(crate::error::StoreError::Config(
+                    "a store in a bucket cannot be opened read-only yet".into(),
+                ));
+            }
+            Some(b) => Some(super::remote::attach(b, &dir, &seg_dir)?),
+            None => None,
+        };
         let manifest = manifest::open(&dir, &seg_dir, read_only)?;
 
         // Segments named by the manifest; anything else in segments/ is a leftover.
@@ -125,6 +136,14 @@ impl Inner {
             .with_memory_pool(Arc::new(FairSpillPool::new(cfg.query_memory_bytes)))
             .build_arc()?;
 
+        #[cfg(feature = "s3")]
+        let files_at = match &bucket {
+            Some(b) => b.register(&runtime)?,
+            None => FilesAt::local(&seg_dir),
+        };
+        #[cfg(not(feature = "s3"))]
+        let files_at = FilesAt::local(&seg_dir);
+
         let inner = Arc::new(Inner {
             dir,
             wal_dir,
@@ -139,6 +158,11 @@ impl Inner {
             shutdown: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
             runtime,
+            files_at,
+            #[cfg(feature = "s3")]
+            bucket,
+            #[cfg(feature = "s3")]
+            retired: Mutex::new(Vec::new()),
             _lock: lock,
             cfg,
         });

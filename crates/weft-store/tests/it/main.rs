@@ -1,5 +1,7 @@
 //! weft-store integration tests (one binary: DataFusion links once).
 
+#[cfg(feature = "s3")]
+mod bucket;
 mod duplicates;
 mod durability;
 mod faults;

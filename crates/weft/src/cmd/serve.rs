@@ -21,6 +21,16 @@ pub struct Args {
     /// deleted on exit.
     #[arg(long, env = "WEFT_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Keep segments and manifests in an S3-compatible bucket, `s3://bucket/prefix` (the data
+    /// directory keeps the WAL and a copy of the live segments). Endpoint, region and
+    /// credentials: the AWS_* environment variables, over them --segments-credentials. Needs a
+    /// weft built with the `s3` feature.
+    #[arg(long, env = "WEFT_SEGMENTS")]
+    pub segments: Option<String>,
+    /// A file of `AWS_*=value` lines (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT,
+    /// AWS_REGION, …) for --segments; its values are never logged.
+    #[arg(long, requires = "segments")]
+    pub segments_credentials: Option<PathBuf>,
     /// Generate a simulated online shop's traffic (backfilled and live) to look at.
     #[arg(long)]
     pub demo: bool,
@@ -199,6 +209,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     sc.retention_age = args.retention;
     sc.retention_bytes = args.retention_size;
     sc.maintenance_interval = args.maintenance_interval;
+    if let Some(url) = &args.segments {
+        #[cfg(feature = "s3")]
+        {
+            sc.bucket = Some(weft_store::BucketConfig {
+                url: url.clone(),
+                credentials_file: args.segments_credentials.clone(),
+            });
+        }
+        #[cfg(not(feature = "s3"))]
+        anyhow::bail!(
+            "--segments {url}: this weft was built without the `s3` feature (cargo build --features s3)"
+        );
+    }
     let cfg = ServerConfig {
         otlp_http: listener("otlp-http", &args.otlp_http)?,
         otlp_grpc: listener("otlp-grpc", &args.otlp_grpc)?,

@@ -1,0 +1,84 @@
+//! The bucket's copy of segments and manifests (cargo feature `s3`; without a bucket these
+//! write the data directory only): a segment's files are uploaded before any manifest names
+//! them, the bucket's manifest is put before the local one, and a retired segment's objects
+//! are deleted once no manifest names them.
+
+use std::sync::Weak;
+
+use super::Inner;
+use crate::error::Result;
+use crate::manifest::{self, Manifest, SegmentMeta};
+use crate::segment::Segment;
+
+impl Inner {
+    /// Uploads the files of a segment just written to the data directory.
+    pub(crate) fn upload_segment(&self, meta: &SegmentMeta) -> Result<()> {
+        #[cfg(feature = "s3")]
+        if let Some(b) = &self.bucket {
+            b.upload_segment(&self.seg_dir, meta)?;
+        }
+        #[cfg(not(feature = "s3"))]
+        let _ = meta;
+        Ok(())
+    }
+
+    /// Publishes `m`: in the bucket first, then in the data directory.
+    pub(crate) fn store_manifest(&self, m: &Manifest) -> Result<()> {
+        #[cfg(feature = "s3")]
+        if let Some(b) = &self.bucket {
+            b.store_manifest(m)?;
+        }
+        manifest::store(&self.dir, m)
+    }
+
+    /// Queues the bucket's objects of segments no manifest names any more, and deletes those
+    /// of the queued ones no query holds any more (like the local files, which go when the
+    /// last reader drops the segment).
+    pub(crate) fn delete_uploaded(&self, removed: Vec<(Weak<Segment>, SegmentMeta)>) {
+        #[cfg(feature = "s3")]
+        if let Some(b) = &self.bucket {
+            let mut retired = self.retired.lock();
+            retired.extend(removed);
+            retired.retain(|(seg, meta)| {
+                let held = seg.strong_count() > 0;
+                if !held {
+                    b.delete_segment(meta);
+                }
+                held
+            });
+        }
+        #[cfg(not(feature = "s3"))]
+        let _ = removed;
+    }
+}
+
+/// Opens the bucket of `cfg` for the data directory `dir` being opened: the bucket's manifest
+/// is the durable one, so it replaces the local manifest and the live segment files the
+/// directory lacks are fetched. A prefix without a manifest yet gets the local store's
+/// segments uploaded and its manifest.
+#[cfg(feature = "s3")]
+pub(crate) fn attach(
+    cfg: &crate::bucket::BucketConfig,
+    dir: &std::path::Path,
+    seg_dir: &std::path::Path,
+) -> Result<crate::bucket::Bucket> {
+    let b = crate::bucket::Bucket::open(cfg)?;
+    match b.load_manifest()? {
+        Some(m) => {
+            for s in &m.segments {
+                b.download_missing(seg_dir, s)?;
+            }
+            manifest::store(dir, &m)?;
+            tracing::info!(segments = m.segments.len(), url = %cfg.url, "manifest read from the bucket");
+        }
+        None => {
+            let local = manifest::load(dir)?.unwrap_or_default();
+            for s in &local.segments {
+                b.upload_segment(seg_dir, s)?;
+            }
+            b.store_manifest(&local)?;
+            tracing::info!(segments = local.segments.len(), url = %cfg.url, "new prefix in the bucket");
+        }
+    }
+    Ok(b)
+}
