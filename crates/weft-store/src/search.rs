@@ -107,7 +107,12 @@ impl Store {
             at += group.len();
             round *= 2;
             let (memory, memory_resources) = memory.take().unwrap_or_default();
-            let part = Arc::new(Snapshot { segments: group, memory, memory_resources });
+            let part = Arc::new(Snapshot {
+                segments: group,
+                memory,
+                memory_resources,
+                files_at: snap.files_at.clone(),
+            });
             for (id, t) in self.search_part(part, q).await? {
                 let e = best.entry(id).or_insert(t);
                 *e = (*e).max(t);
