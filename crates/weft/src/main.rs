@@ -58,7 +58,7 @@ enum Command {
     /// Convert traces between formats (OTLP proto/JSON, Zipkin v1/v2, Jaeger JSON, Chrome trace).
     Convert(cmd::convert::Args),
     /// Run the collector and store: OTLP/Zipkin receivers, Zipkin/Jaeger/SQL read APIs, metrics.
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
     /// Run SQL over stored spans and events (against `weft serve`, or a data directory).
     Query(cmd::query::Args),
     /// Send realistic spans to an OTLP/HTTP endpoint and measure ingest throughput.
@@ -90,7 +90,7 @@ fn main() -> std::process::ExitCode {
     cli.globals.init();
     let result = match cli.command {
         Command::Convert(a) => cmd::convert::run(a),
-        Command::Serve(a) => cmd::serve::run(a),
+        Command::Serve(a) => cmd::serve::run(*a),
         Command::Query(a) => cmd::query::run(a),
         Command::Loadgen(a) => cmd::loadgen::run(a),
         Command::Record(a) => cmd::record::run(a),
