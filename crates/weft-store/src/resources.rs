@@ -1,4 +1,5 @@
-//! Resources stored once per segment instead of once per span.
+//! Resources (with their instrumentation scopes) stored once per segment instead of once per
+//! span.
 //!
 //! Every span of one OTLP `ResourceSpans` carries the same resource (service, host, process,
 //! SDK attributes — nine attributes in a typical OpenTelemetry SDK export), and a flush holds a
@@ -15,6 +16,13 @@
 //! compaction through [`expand`], SQL through [`ExpandExec`] (only when a query projects a
 //! resource column). The SQL schema does not change. Segments written before this layout (no
 //! resources file) are read as they are.
+//!
+//! A "resource" here is a (resource, instrumentation scope) pair: [`RESOURCE_COLUMNS`] holds
+//! the six `scope_*` columns too, so a large scope repeated over thousands of tiny spans costs
+//! its bytes once per append, buffer and segment instead of on every row (where it once made a
+//! small gzip request expand past the per-append limit). Resources files and WAL records
+//! written before that hold only the four resource columns and their span rows carry the scope
+//! columns: reads take those from the span rows ([`plan`], [`expand_local`]).
 //!
 //! Spans have this layout from the moment they are converted: an append's batches carry its
 //! distinct resources once (the WAL record too), the in-memory buffer keeps each distinct
@@ -174,7 +182,7 @@ fn opt_str(a: &StringArray, i: usize) -> Option<&[u8]> {
 }
 
 /// Numbers distinct resources by content, across any number of batches: the first distinct
-/// resource is 0, the next 1, and so on. Works on any batch with the four
+/// resource is 0, the next 1, and so on. Works on any batch with the
 /// [`RESOURCE_COLUMNS`] (logical `spans` batches, resources batches).
 #[derive(Default)]
 pub(crate) struct ResourceNumbering {
@@ -242,8 +250,8 @@ impl ResourceIds {
         Ok(ResourceIds { ids, first })
     }
 
-    /// The resources file's batch for segment `segment`: `resource_ref` and the four columns of
-    /// each resource's first row.
+    /// The resources file's batch for segment `segment`: `resource_ref` and the
+    /// [`RESOURCE_COLUMNS`] of each resource's first row.
     pub fn batch(&self, segment: u64, batches: &[&RecordBatch]) -> Result<RecordBatch> {
         let schema = schema::span_resources_schema();
         if batches.is_empty() {
