@@ -840,6 +840,17 @@ mod tests {
         (rows, st)
     }
 
+    /// `back` (a decoded record) has the rows `logical` and converts back to `spans`.
+    fn reads_back(back: SpanBatches, logical: &RecordBatch, spans: &[weft_model::Span]) {
+        assert_eq!(&back.logical_spans().unwrap(), logical);
+        let again = crate::arrow_rows::batches_to_spans(
+            &[back.logical_spans().unwrap()],
+            &[back.events],
+            &[back.links],
+        );
+        assert_eq!(again.unwrap(), spans);
+    }
+
     /// Records written before the buffer kept resources apart (kind 1: spans with every
     /// column) replay as the same spans, their resources split off.
     #[test]
@@ -859,13 +870,7 @@ mod tests {
         }
         let WalRecord::Spans(back) = decode_record(&p).unwrap() else { panic!("not spans") };
         assert_eq!(back.resources.num_rows(), 4, "svc-0, svc-1, the other one, svc-2");
-        assert_eq!(back.logical_spans().unwrap(), logical);
-        let again = crate::arrow_rows::batches_to_spans(
-            &[back.logical_spans().unwrap()],
-            &[back.events],
-            &[back.links],
-        );
-        assert_eq!(again.unwrap(), spans);
+        reads_back(back, &logical, &spans);
         // A current record names the resources the same way.
         let mut p = Vec::new();
         encode_spans(&b, &mut p).unwrap();
@@ -914,13 +919,7 @@ mod tests {
         let WalRecord::Spans(back) = decode_record(&p).unwrap() else { panic!("not spans") };
         assert_eq!(back.resources.num_rows(), 6, "three resources, each with two scopes");
         assert!(back.spans.schema().index_of("scope_name").is_err());
-        assert_eq!(back.logical_spans().unwrap(), logical);
-        let again = crate::arrow_rows::batches_to_spans(
-            &[back.logical_spans().unwrap()],
-            &[back.events],
-            &[back.links],
-        );
-        assert_eq!(again.unwrap(), spans);
+        reads_back(back, &logical, &spans);
     }
 
     /// Raw events written before the `name` column (kind 2: a tracepoint's name first in its
