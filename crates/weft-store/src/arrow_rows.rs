@@ -59,7 +59,6 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let (mut name_bytes, mut ev_name_bytes) = (0, 0);
     for s in spans {
         sz_attrs.add(&s.attributes);
-        sz_scope.add(&s.scope.attributes);
         name_bytes += s.name.len();
         for e in &s.events {
             sz_ev.add(&e.attributes);
@@ -82,14 +81,9 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let mut dropped_attrs = UInt32Builder::with_capacity(n);
     let mut dropped_events = UInt32Builder::with_capacity(n);
     let mut dropped_links = UInt32Builder::with_capacity(n);
-    // Distinct resources (by `Arc`) in order of first appearance, and each span's.
-    let mut resources: Vec<&Arc<Resource>> = Vec::new();
+    // Distinct (resource, scope) pairs in order of first appearance, and each span's.
+    let mut resources: Vec<(&Arc<Resource>, &Arc<Scope>)> = Vec::new();
     let mut resource_ref: Vec<u64> = Vec::with_capacity(n);
-    let mut scope_name = StringBuilder::with_capacity(n, n * 8);
-    let mut scope_version = StringBuilder::with_capacity(n, n * 4);
-    let mut scope_attrs = AttrColumns::sized(sz_scope);
-    let mut scope_dropped = UInt32Builder::with_capacity(n);
-    let mut scope_schema = StringBuilder::with_capacity(n, 0);
 
     let n_events: usize = spans.iter().map(|s| s.events.len()).sum();
     let mut ev_trace = fsb(n_events, 16);
@@ -111,7 +105,7 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     let mut ln_dropped = UInt32Builder::with_capacity(n_links);
 
     // Consecutive spans usually share their resource and scope (`Arc`s from one decoded
-    // request): encode the attribute maps once and repeat the row cheaply.
+    // request): the previous span's pair is reused without comparing content.
     let mut prev: Option<&Span> = None;
     for s in spans {
         trace_id.append_value(s.trace_id.0)?;
@@ -134,32 +128,27 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
         dropped_events.append_value(s.dropped_events_count);
         dropped_links.append_value(s.dropped_links_count);
         let r = match (prev, resource_ref.last()) {
-            (Some(p), Some(&r)) if Arc::ptr_eq(&p.resource, &s.resource) => r,
-            // A request often names one resource in many `ResourceSpans` (spans of a trace
-            // interleave services): compare content, so `resources` stays a handful of rows.
-            // Past `MAX_COMPARED` distinct ones, a repeat may get a row of its own (the buffer
-            // numbers resources by content anyway) rather than costing a quadratic search.
-            _ => match resources
-                .iter()
-                .take(MAX_COMPARED)
-                .position(|r| Arc::ptr_eq(r, &s.resource) || ***r == *s.resource)
+            (Some(p), Some(&r))
+                if Arc::ptr_eq(&p.resource, &s.resource) && Arc::ptr_eq(&p.scope, &s.scope) =>
             {
+                r
+            }
+            // A request often names one resource and scope in many `ResourceSpans` (spans of
+            // a trace interleave services): compare content, so `resources` stays a handful of
+            // rows. Past `MAX_COMPARED` distinct ones, a repeat may get a row of its own (the
+            // buffer numbers resources by content anyway) rather than costing a quadratic search.
+            _ => match resources.iter().take(MAX_COMPARED).position(|(r, sc)| {
+                (Arc::ptr_eq(r, &s.resource) || ***r == *s.resource)
+                    && (Arc::ptr_eq(sc, &s.scope) || ***sc == *s.scope)
+            }) {
                 Some(i) => i as u64,
                 None => {
-                    resources.push(&s.resource);
+                    resources.push((&s.resource, &s.scope));
                     resources.len() as u64 - 1
                 }
             },
         };
         resource_ref.push(r);
-        scope_name.append_value(&s.scope.name);
-        scope_version.append_value(&s.scope.version);
-        match prev {
-            Some(p) if Arc::ptr_eq(&p.scope, &s.scope) => scope_attrs.repeat_last(),
-            _ => scope_attrs.append(&s.scope.attributes),
-        }
-        scope_dropped.append_value(s.scope.dropped_attributes_count);
-        scope_schema.append_value(&s.scope.schema_url);
 
         for e in &s.events {
             ev_trace.append_value(s.trace_id.0)?;
@@ -184,25 +173,40 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
     }
 
     let (attrs_map, attrs_types) = attrs.finish("spans.attributes")?;
-    let (scope_attrs_map, scope_attrs_types) = scope_attrs.finish("spans.scope_attributes")?;
     let (ev_attrs_map, ev_attrs_types) = ev_attrs.finish("span_events.attributes")?;
     let (ln_attrs_map, ln_attrs_types) = ln_attrs.finish("span_links.attributes")?;
-    for r in &resources {
+    for (r, sc) in &resources {
         sz_res.add(&r.attributes);
+        sz_scope.add(&sc.attributes);
     }
-    let mut res_attrs = AttrColumns::sized(sz_res);
-    for r in &resources {
+    let (mut res_attrs, mut scope_attrs) = (AttrColumns::sized(sz_res), AttrColumns::sized(sz_scope));
+    for (r, sc) in &resources {
         res_attrs.append(&r.attributes);
+        scope_attrs.append(&sc.attributes);
     }
     let (res_attrs_map, res_attrs_types) = res_attrs.finish("span_resources.resource_attributes")?;
+    let (scope_attrs_map, scope_attrs_types) = scope_attrs.finish("span_resources.scope_attributes")?;
+    let text = |f: for<'a> fn(&'a (&Arc<Resource>, &Arc<Scope>)) -> &'a str| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(resources.iter().map(f)))
+    };
     let resources_batch = RecordBatch::try_new(
         schema::span_resources_schema(),
         vec![
             Arc::new(UInt64Array::from_iter_values(0..resources.len() as u64)),
             Arc::new(res_attrs_map),
             Arc::new(res_attrs_types),
-            Arc::new(UInt32Array::from_iter_values(resources.iter().map(|r| r.dropped_attributes_count))),
-            Arc::new(StringArray::from_iter_values(resources.iter().map(|r| r.schema_url.as_str()))),
+            Arc::new(UInt32Array::from_iter_values(
+                resources.iter().map(|(r, _)| r.dropped_attributes_count),
+            )),
+            text(|(r, _)| &r.schema_url),
+            text(|(_, sc)| &sc.name),
+            text(|(_, sc)| &sc.version),
+            Arc::new(scope_attrs_map),
+            Arc::new(scope_attrs_types),
+            Arc::new(UInt32Array::from_iter_values(
+                resources.iter().map(|(_, sc)| sc.dropped_attributes_count),
+            )),
+            text(|(_, sc)| &sc.schema_url),
         ],
     )?;
     let spans_batch = RecordBatch::try_new(
@@ -225,12 +229,6 @@ pub fn spans_to_batches(spans: &[Span]) -> Result<SpanBatches> {
             Arc::new(dropped_attrs.finish()),
             Arc::new(dropped_events.finish()),
             Arc::new(dropped_links.finish()),
-            Arc::new(scope_name.finish()),
-            Arc::new(scope_version.finish()),
-            Arc::new(scope_attrs_map),
-            Arc::new(scope_attrs_types),
-            Arc::new(scope_dropped.finish()),
-            Arc::new(scope_schema.finish()),
             Arc::new(UInt64Array::from(resource_ref)),
         ],
     )?;
@@ -628,12 +626,12 @@ mod tests {
             spans.push(sp);
         }
         let b = spans_to_batches(&spans).unwrap();
-        // Each resource once, in order of first appearance, whether or not its spans are
-        // adjacent.
-        assert_eq!(b.resources.num_rows(), 3);
+        // Each (resource, scope) once, in order of first appearance, whether or not its spans
+        // are adjacent.
+        assert_eq!(b.resources.num_rows(), 4);
         let refs = b.spans.column_by_name("resource_ref").unwrap();
         let refs = refs.as_any().downcast_ref::<UInt64Array>().unwrap();
-        assert_eq!(refs.values().to_vec(), vec![0, 0, 1, 1, 1, 2, 2, 1, 1]);
+        assert_eq!(refs.values().to_vec(), vec![0, 0, 1, 1, 2, 3, 3, 1, 1]);
         let back = batches_to_spans(&[b.logical_spans().unwrap()], &[b.events], &[b.links]).unwrap();
         assert_eq!(back, spans);
     }

@@ -29,10 +29,8 @@ use weft_model::{Attributes, KeyValue, Value};
 use crate::error::StoreError;
 
 /// Builder for one attribute map column plus its type column, writing the Arrow buffers
-/// directly: a row is its keys' and values' bytes appended to two buffers plus their offsets,
-/// and a row equal to the previous one (spans of one resource or scope) is a copy of that
-/// row's bytes ([`AttrColumns::repeat_last`]) — Arrow's `MapBuilder` spent a validity bit and
-/// a bounds check per value and could not repeat a row without re-encoding it.
+/// directly: a row is its keys' and values' bytes appended to two buffers plus their offsets —
+/// Arrow's `MapBuilder` spent a validity bit and a bounds check per value.
 pub(crate) struct AttrColumns {
     /// Map offsets (entries per row), one more than the rows.
     rows: Vec<i32>,
@@ -68,24 +66,13 @@ impl Text {
         self.data.extend_from_slice(&a.values()[o[lo] as usize..o[hi] as usize]);
         self.offsets.extend(o[lo + 1..=hi].iter().map(|&x| x + base));
     }
-    /// Appends a copy of the values `from..` (the tail of this column).
-    fn repeat_from(&mut self, from: usize) {
-        let n = self.offsets.len() - 1;
-        let (start, end) = (self.offsets[from] as usize, self.data.len());
-        self.data.extend_from_within(start..end);
-        let shift = (end - start) as i32;
-        for i in from..n {
-            let o = self.offsets[i + 1] + shift;
-            self.offsets.push(o);
-        }
-    }
     pub fn finish(self, what: &str) -> Result<StringArray, StoreError> {
         if i32::try_from(self.data.len()).is_err() {
             return Err(StoreError::Decode(format!("{what}: more than 2 GiB of text in one batch")));
         }
         // SAFETY: the offsets start at 0, never decrease and end at `data.len()` (below 2 GiB,
         // checked above, so no offset wrapped); every value is a whole `str` (`push` takes one,
-        // `push_range` and `repeat_from` copy whole values of valid string columns), so the
+        // `push_range` copies whole values of valid string columns), so the
         // bytes between any two offsets are UTF-8. Arrow's checks (offsets, then UTF-8 of every
         // byte) were ~4 % of a durable ingest's instructions.
         Ok(unsafe {
@@ -153,20 +140,6 @@ impl AttrColumns {
         }
         self.types.offsets.push(self.types.data.len() as i32);
         self.rows.push((self.keys.offsets.len() - 1) as i32);
-    }
-
-    /// Appends a copy of the previous row (or an empty row when there is none).
-    pub fn repeat_last(&mut self) {
-        let n = self.rows.len() - 1;
-        if n == 0 {
-            self.append(&Attributes::new());
-            return;
-        }
-        let (lo, hi) = (self.rows[n - 1] as usize, self.rows[n] as usize);
-        self.keys.repeat_from(lo);
-        self.values.repeat_from(lo);
-        self.types.repeat_from(n - 1);
-        self.rows.push((hi + (hi - lo)) as i32);
     }
 
     /// The map column and its type column.
@@ -326,28 +299,6 @@ mod tests {
         }
         let Value::F64(n) = rt(Value::F64(f64::NAN)) else { panic!() };
         assert!(n.is_nan());
-    }
-
-    #[test]
-    fn repeated_rows_read_back_like_appended_ones() {
-        let a = Attributes(vec![KeyValue::new("k", "v"), KeyValue::new("n", 7i64), KeyValue::new("é", 0.5)]);
-        let b = Attributes(vec![KeyValue::new("only", true)]);
-        let empty = Attributes::new();
-        let mut c = AttrColumns::with_capacity(0);
-        c.repeat_last(); // nothing to repeat: an empty row
-        c.append(&a);
-        c.repeat_last();
-        c.repeat_last();
-        c.append(&empty);
-        c.repeat_last();
-        c.append(&b);
-        c.repeat_last();
-        let want = [&empty, &a, &a, &a, &empty, &empty, &b, &b];
-        let (map, types) = c.finish("test").unwrap();
-        assert_eq!(map.len(), want.len());
-        for (row, w) in want.iter().enumerate() {
-            assert_eq!(&read_attrs(&map, &types, row, "test").unwrap(), *w, "row {row}");
-        }
     }
 
     #[test]

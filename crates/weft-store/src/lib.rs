@@ -17,7 +17,7 @@
 //! * **Flush**: when the buffer passes [`StoreConfig::flush_bytes`] or
 //!   [`StoreConfig::flush_interval`], it is frozen (the WAL rotates) and a background thread
 //!   writes it as a segment ([`segment`]: a Parquet file per table, plus one row per distinct
-//!   resource in a `span_resources` file); the manifest ([`manifest`]) naming the segment is
+//!   resource and instrumentation scope in a `span_resources` file); the manifest ([`manifest`]) naming the segment is
 //!   replaced atomically; then the WAL files it covers are deleted.
 //! * **Recovery**: [`Store::open`] replays WAL files newer than the manifest's checkpoint; a
 //!   torn tail is truncated, counted and logged; a bad record with valid ones after it is

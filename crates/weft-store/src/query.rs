@@ -111,19 +111,31 @@ impl TableProvider for SnapshotTable {
         };
 
         // Parquet files of the segments. Spans files of segments that store their resources
-        // apart are scanned without the resource columns, which `ExpandExec` puts back.
+        // apart are scanned without the resource columns, which `ExpandExec` puts back; those
+        // written before scopes were stored once (scope columns on the span rows) apart from
+        // the newer ones, each with its own file schema.
         let mut files: Vec<(String, u64)> = Vec::new();
-        let mut split: Vec<(String, u64)> = Vec::new();
-        let mut resources: Vec<(u64, &RecordBatch)> = Vec::new();
+        let mut split: Vec<Split> = Vec::new();
         for seg in &self.snapshot.segments {
             let res = if self.table == crate::memtable::T_SPANS { seg.resources() } else { None };
-            if let Some(r) = res {
-                resources.push((seg.meta.id, r));
-            }
-            let apart = res.is_some();
+            let group = res.map(|r| {
+                let layout = seg.spans_file_schema();
+                let at = match split.iter().position(|g| g.schema == layout) {
+                    Some(at) => at,
+                    None => {
+                        split.push(Split { schema: layout, files: Vec::new(), resources: Vec::new() });
+                        split.len() - 1
+                    }
+                };
+                split[at].resources.push((seg.meta.id, r));
+                at
+            });
             for f in seg.meta.files.iter().filter(|f| f.table == table_name) {
                 let f = (self.snapshot.files_at.path(&f.file), f.bytes);
-                if apart { split.push(f) } else { files.push(f) }
+                match group {
+                    Some(g) => split[g].files.push(f),
+                    None => files.push(f),
+                }
             }
         }
         if let Some(scan) = parquet_scan(
@@ -139,28 +151,27 @@ impl TableProvider for SnapshotTable {
         {
             inputs.push(scan);
         }
-        let file_schema = schema::spans_file_schema();
-        let (cols, wants_resources) = file_projection(&projected)?;
-        if !split.is_empty() {
+        for group in split {
+            let (cols, wants_resources) = file_projection(&projected, &group.schema)?;
             // Filters on resource columns cannot prune these files; DataFusion applies every
             // filter above the scan anyway.
             let usable: Vec<Expr> = filters
                 .iter()
-                .filter(|e| e.column_refs().iter().all(|c| file_schema.index_of(&c.name).is_ok()))
+                .filter(|e| e.column_refs().iter().all(|c| group.schema.index_of(&c.name).is_ok()))
                 .cloned()
                 .collect();
             if let Some(scan) = parquet_scan(
                 state,
-                (&self.snapshot.files_at.url, split),
-                file_schema.clone(),
-                Some(cols.clone()),
+                (&self.snapshot.files_at.url, group.files),
+                group.schema,
+                Some(cols),
                 &usable,
                 limit,
                 partitions,
             )
             .await?
             {
-                inputs.push(with_resources(scan, &projected, wants_resources, resources.iter().copied())?);
+                inputs.push(with_resources(scan, &projected, wants_resources, group.resources.into_iter())?);
             }
         }
 
@@ -174,11 +185,10 @@ impl TableProvider for SnapshotTable {
                 parts[i % n].push(b.clone());
             }
             let spans = self.table == crate::memtable::T_SPANS;
-            let (schema, proj) = if spans {
-                (file_schema.clone(), Some(cols.clone()))
-            } else {
-                (self.schema.clone(), projection.cloned())
-            };
+            let file_schema = schema::spans_file_schema();
+            let (cols, wants_resources) = file_projection(&projected, &file_schema)?;
+            let (schema, proj) =
+                if spans { (file_schema, Some(cols)) } else { (self.schema.clone(), projection.cloned()) };
             let mut exec = MemorySourceConfig::try_new(&parts, schema, proj)?;
             if let Some(l) = limit {
                 exec = exec.with_limit(Some(l));
@@ -212,14 +222,26 @@ fn with_resources<'a>(
     Ok(Arc::new(ExpandExec::new(scan, projected.clone(), Arc::new(lookup)).map_err(ext)?))
 }
 
-/// The columns of the spans file layout that give the logical `spans` columns of `projected`
-/// (`resource_ref` for the resource columns), and whether any resource column is wanted.
-fn file_projection(projected: &SchemaRef) -> DfResult<(Vec<usize>, bool)> {
-    let file_schema = schema::spans_file_schema();
+/// Spans files of segments with a resources file, of one layout.
+struct Split<'a> {
+    /// The files' schema.
+    schema: SchemaRef,
+    /// (path, bytes) of each file.
+    files: Vec<(String, u64)>,
+    /// (segment id, its resources) of each file's segment.
+    resources: Vec<(u64, &'a RecordBatch)>,
+}
+
+/// The columns of a spans file layout (`file_schema`) that give the logical `spans` columns of
+/// `projected` (`resource_ref` for the resource columns it lacks), and whether any resource
+/// column is wanted.
+fn file_projection(projected: &SchemaRef, file_schema: &SchemaRef) -> DfResult<(Vec<usize>, bool)> {
     let mut cols: Vec<usize> = Vec::new();
     let mut wants_resources = false;
     for f in projected.fields() {
-        let name = if schema::RESOURCE_COLUMNS.contains(&f.name().as_str()) {
+        let name = if schema::RESOURCE_COLUMNS.contains(&f.name().as_str())
+            && file_schema.index_of(f.name()).is_err()
+        {
             wants_resources = true;
             schema::RESOURCE_REF
         } else {

@@ -1,4 +1,5 @@
-//! Resources stored once per segment instead of once per span.
+//! Resources (with their instrumentation scopes) stored once per segment instead of once per
+//! span.
 //!
 //! Every span of one OTLP `ResourceSpans` carries the same resource (service, host, process,
 //! SDK attributes — nine attributes in a typical OpenTelemetry SDK export), and a flush holds a
@@ -16,6 +17,13 @@
 //! resource column). The SQL schema does not change. Segments written before this layout (no
 //! resources file) are read as they are.
 //!
+//! A "resource" here is a (resource, instrumentation scope) pair: [`RESOURCE_COLUMNS`] holds
+//! the six `scope_*` columns too, so a large scope repeated over thousands of tiny spans costs
+//! its bytes once per append, buffer and segment instead of on every row (where it once made a
+//! small gzip request expand past the per-append limit). Resources files and WAL records
+//! written before that hold only the four resource columns and their span rows carry the scope
+//! columns: reads take those from the span rows ([`plan`], [`expand_local`]).
+//!
 //! Spans have this layout from the moment they are converted: an append's batches carry its
 //! distinct resources once (the WAL record too), the in-memory buffer keeps each distinct
 //! resource once ([`BufferResources`]; span rows name `buffer id << 32 | row`, and buffer
@@ -29,7 +37,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, MapArray, RecordBatch, StringArray, UInt32Array, UInt64Array,
+    Array, ArrayRef, MapArray, RecordBatch, StringArray, UInt32Array, UInt64Array, new_empty_array,
+    new_null_array,
 };
 use datafusion::arrow::compute::{concat, interleave, take};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -55,18 +64,81 @@ pub(crate) struct ResourceIds {
     pub first: Vec<(usize, usize)>,
 }
 
-/// The four resource columns of a `spans` batch (logical schema).
-fn resource_columns(b: &RecordBatch) -> Result<(&MapArray, &StringArray, &UInt32Array, &StringArray)> {
-    let get = |name: &str| {
-        b.column_by_name(name).ok_or_else(|| StoreError::Decode(format!("spans batch without {name}")))
-    };
+/// One of [`RESOURCE_COLUMNS`] of a batch, typed.
+enum ResourceColumn<'a> {
+    /// An attribute map, its keys and values.
+    Map(&'a MapArray, &'a StringArray, &'a StringArray),
+    Text(&'a StringArray),
+    Count(&'a UInt32Array),
+}
+
+impl ResourceColumn<'_> {
+    /// Whether rows `r` and `j` are equal (maps: without null keys or values).
+    fn same(&self, r: usize, j: usize) -> bool {
+        match *self {
+            ResourceColumn::Map(m, keys, values) => same_row(m, keys, values, r, j),
+            ResourceColumn::Text(s) => same_str(s, r, j),
+            ResourceColumn::Count(c) => c.is_valid(r) == c.is_valid(j) && c.value(r) == c.value(j),
+        }
+    }
+
+    /// Whether [`ResourceColumn::same`] may be used (maps without null keys or values).
+    fn plain(&self) -> bool {
+        match *self {
+            ResourceColumn::Map(_, keys, values) => keys.null_count() == 0 && values.null_count() == 0,
+            ResourceColumn::Text(_) | ResourceColumn::Count(_) => true,
+        }
+    }
+
+    /// Appends an unambiguous encoding of row `r` to `key`.
+    fn encode(&self, r: usize, key: &mut Vec<u8>) {
+        match *self {
+            ResourceColumn::Map(m, keys, values) => {
+                if m.is_valid(r) {
+                    let offsets = m.value_offsets();
+                    let (lo, hi) = (offsets[r] as usize, offsets[r + 1] as usize);
+                    key.push(1);
+                    key.extend_from_slice(&((hi - lo) as u64).to_le_bytes());
+                    for e in lo..hi {
+                        put(key, opt_str(keys, e));
+                        put(key, opt_str(values, e));
+                    }
+                } else {
+                    key.push(0);
+                }
+            }
+            ResourceColumn::Text(s) => put(key, opt_str(s, r)),
+            ResourceColumn::Count(c) => {
+                put(key, c.is_valid(r).then(|| c.value(r).to_le_bytes()).as_ref().map(|b| &b[..]))
+            }
+        }
+    }
+}
+
+/// The [`RESOURCE_COLUMNS`] of a `spans` batch (logical schema) or a resources batch.
+fn resource_columns(b: &RecordBatch) -> Result<Vec<ResourceColumn<'_>>> {
     let wrong = |name: &str| StoreError::Decode(format!("spans column {name} has an unexpected type"));
-    Ok((
-        get(RESOURCE_COLUMNS[0])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[0]))?,
-        get(RESOURCE_COLUMNS[1])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[1]))?,
-        get(RESOURCE_COLUMNS[2])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[2]))?,
-        get(RESOURCE_COLUMNS[3])?.as_any().downcast_ref().ok_or_else(|| wrong(RESOURCE_COLUMNS[3]))?,
-    ))
+    RESOURCE_COLUMNS
+        .iter()
+        .map(|&name| {
+            let col = b
+                .column_by_name(name)
+                .ok_or_else(|| StoreError::Decode(format!("spans batch without {name}")))?
+                .as_any();
+            if let Some(m) = col.downcast_ref::<MapArray>() {
+                let keys = m.keys().as_any().downcast_ref::<StringArray>();
+                let values = m.values().as_any().downcast_ref::<StringArray>();
+                match (keys, values) {
+                    (Some(k), Some(v)) => Ok(ResourceColumn::Map(m, k, v)),
+                    _ => Err(StoreError::Decode(format!("{name} is not a map of strings"))),
+                }
+            } else if let Some(t) = col.downcast_ref::<StringArray>() {
+                Ok(ResourceColumn::Text(t))
+            } else {
+                col.downcast_ref::<UInt32Array>().map(ResourceColumn::Count).ok_or_else(|| wrong(name))
+            }
+        })
+        .collect()
 }
 
 /// Appends an unambiguous encoding of an optional byte string.
@@ -110,7 +182,7 @@ fn opt_str(a: &StringArray, i: usize) -> Option<&[u8]> {
 }
 
 /// Numbers distinct resources by content, across any number of batches: the first distinct
-/// resource is 0, the next 1, and so on. Works on any batch with the four
+/// resource is 0, the next 1, and so on. Works on any batch with the
 /// [`RESOURCE_COLUMNS`] (logical `spans` batches, resources batches).
 #[derive(Default)]
 pub(crate) struct ResourceNumbering {
@@ -130,15 +202,8 @@ impl ResourceNumbering {
     /// this call). A row equal to the previous one costs a byte comparison; any other row an
     /// encoded key and a hash lookup.
     pub fn number(&mut self, b: &RecordBatch, mut new: impl FnMut(usize)) -> Result<Vec<u32>> {
-        let (attrs, types, dropped, url) = resource_columns(b)?;
-        let (Some(keys), Some(values)) = (
-            attrs.keys().as_any().downcast_ref::<StringArray>(),
-            attrs.values().as_any().downcast_ref::<StringArray>(),
-        ) else {
-            return Err(StoreError::Decode("resource_attributes is not a map of strings".into()));
-        };
-        let offsets = attrs.value_offsets();
-        let plain = keys.null_count() == 0 && values.null_count() == 0;
+        let columns = resource_columns(b)?;
+        let plain = columns.iter().all(ResourceColumn::plain);
         let mut row_ids = Vec::with_capacity(b.num_rows());
         let mut last: Option<u32> = None;
         let key = &mut self.key;
@@ -146,30 +211,15 @@ impl ResourceNumbering {
             // Most rows of a spans batch repeat the previous one: compare the Arrow bytes.
             if let Some(id) = last
                 && plain
-                && same_row(attrs, keys, values, r, r - 1)
-                && same_str(types, r, r - 1)
-                && dropped.is_valid(r) == dropped.is_valid(r - 1)
-                && dropped.value(r) == dropped.value(r - 1)
-                && same_str(url, r, r - 1)
+                && columns.iter().all(|c| c.same(r, r - 1))
             {
                 row_ids.push(id);
                 continue;
             }
             key.clear();
-            if attrs.is_valid(r) {
-                let (lo, hi) = (offsets[r] as usize, offsets[r + 1] as usize);
-                key.push(1);
-                key.extend_from_slice(&((hi - lo) as u64).to_le_bytes());
-                for e in lo..hi {
-                    put(key, opt_str(keys, e));
-                    put(key, opt_str(values, e));
-                }
-            } else {
-                key.push(0);
+            for c in &columns {
+                c.encode(r, key);
             }
-            put(key, opt_str(types, r));
-            put(key, dropped.is_valid(r).then(|| dropped.value(r).to_le_bytes()).as_ref().map(|b| &b[..]));
-            put(key, opt_str(url, r));
             let id = match self.seen.get(key.as_slice()) {
                 Some(&id) => id,
                 None => {
@@ -200,8 +250,8 @@ impl ResourceIds {
         Ok(ResourceIds { ids, first })
     }
 
-    /// The resources file's batch for segment `segment`: `resource_ref` and the four columns of
-    /// each resource's first row.
+    /// The resources file's batch for segment `segment`: `resource_ref` and the
+    /// [`RESOURCE_COLUMNS`] of each resource's first row.
     pub fn batch(&self, segment: u64, batches: &[&RecordBatch]) -> Result<RecordBatch> {
         let schema = schema::span_resources_schema();
         if batches.is_empty() {
@@ -225,6 +275,12 @@ impl ResourceIds {
         }
         Ok(RecordBatch::try_new(schema, columns)?)
     }
+}
+
+/// Whether a resources batch holds the scope columns too (else it was written before scopes
+/// were stored once, and its spans carry them).
+pub(crate) fn scopes_apart(resources: &RecordBatch) -> bool {
+    resources.schema_ref().index_of(RESOURCE_COLUMNS[schema::RESOURCE_COLUMNS_V2]).is_ok()
 }
 
 /// `resource_ref` of row `row` of segment `segment`'s resources file.
@@ -326,7 +382,10 @@ pub(crate) fn expand_local(spans: &RecordBatch, resources: &RecordBatch) -> Resu
         .fields()
         .iter()
         .map(|f| {
-            let from = if RESOURCE_COLUMNS.contains(&f.name().as_str()) {
+            // Spans written before scopes were stored once carry their scope columns.
+            let from = if RESOURCE_COLUMNS.contains(&f.name().as_str())
+                && spans.column_by_name(f.name()).is_none()
+            {
                 return resources
                     .column_by_name(f.name())
                     .ok_or_else(|| StoreError::Decode(format!("resources batch without {}", f.name())))
@@ -339,6 +398,24 @@ pub(crate) fn expand_local(spans: &RecordBatch, resources: &RecordBatch) -> Resu
         .collect::<Result<Vec<_>>>()?;
     let opts = datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(spans.num_rows()));
     Ok(RecordBatch::try_new_with_options(out, columns, &opts)?)
+}
+
+/// A file-layout `spans` batch with the scope columns of its rows' resources (from
+/// `resources`, as in [`expand_local`]) before its `resource_ref`: the layout of spans files
+/// written before scopes were stored once.
+pub(crate) fn with_scopes(spans: &RecordBatch, resources: &RecordBatch) -> Result<RecordBatch> {
+    let logical = expand_local(spans, resources)?;
+    let (_, refs) = ref_column(spans)?;
+    let mut fields = logical.schema().fields().to_vec();
+    fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+        RESOURCE_REF,
+        datafusion::arrow::datatypes::DataType::UInt64,
+        false,
+    )));
+    let mut columns = logical.columns().to_vec();
+    columns.push(Arc::new(refs.clone()));
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// The distinct resources of one in-memory buffer, each kept once: appends bring their own
@@ -452,26 +529,35 @@ impl ResourceLookup {
     /// From (segment id, its resources batch) pairs.
     pub fn new<'a>(parts: impl IntoIterator<Item = (u64, &'a RecordBatch)>) -> Result<ResourceLookup> {
         let mut segments = HashMap::new();
-        let mut per_column: Vec<Vec<&dyn Array>> = vec![Vec::new(); RESOURCE_COLUMNS.len()];
+        let mut per_column: Vec<Vec<ArrayRef>> = vec![Vec::new(); RESOURCE_COLUMNS.len()];
         let mut at = 0usize;
+        let types = schema::span_resources_schema();
         for (seg, b) in parts {
             segments.insert(seg, (at, b.num_rows()));
             at += b.num_rows();
             for (c, name) in RESOURCE_COLUMNS.iter().enumerate() {
-                let col = b.column_by_name(name).ok_or_else(|| {
-                    StoreError::Decode(format!("resources file of segment {seg} without {name}"))
-                })?;
-                per_column[c].push(col.as_ref());
+                per_column[c].push(match b.column_by_name(name) {
+                    Some(col) => col.clone(),
+                    // Resources files written before scopes were stored once lack the scope
+                    // columns: their spans carry them ([`plan`] takes them from there), and
+                    // nulls stand in here, never read.
+                    None if c >= schema::RESOURCE_COLUMNS_V2 => {
+                        new_null_array(types.field(c + 1).data_type(), b.num_rows())
+                    }
+                    None => {
+                        return Err(StoreError::Decode(format!(
+                            "resources file of segment {seg} without {name}"
+                        )));
+                    }
+                });
             }
         }
         let mut columns = Vec::with_capacity(RESOURCE_COLUMNS.len());
         for (c, arrays) in per_column.iter().enumerate() {
-            columns.push(if arrays.is_empty() {
-                datafusion::arrow::array::new_empty_array(
-                    schema::span_resources_schema().field(c + 1).data_type(),
-                )
-            } else {
-                concat(arrays)?
+            columns.push(match arrays.as_slice() {
+                [] => new_empty_array(types.field(c + 1).data_type()),
+                [one] => one.clone(),
+                _ => concat(&arrays.iter().map(|a| a.as_ref()).collect::<Vec<_>>())?,
             });
         }
         Ok(ResourceLookup { segments, columns })
@@ -525,7 +611,10 @@ pub(crate) fn plan(input: &SchemaRef, out: &SchemaRef) -> Result<Vec<Source>> {
     out.fields()
         .iter()
         .map(|f| {
-            if let Some(c) = RESOURCE_COLUMNS.iter().position(|n| n == f.name()) {
+            // Spans files written before scopes were stored once carry their scope columns.
+            if let Some(c) = RESOURCE_COLUMNS.iter().position(|n| n == f.name())
+                && input.index_of(f.name()).is_err()
+            {
                 let r = input
                     .index_of(RESOURCE_REF)
                     .map_err(|_| StoreError::Decode("spans file without resource_ref".into()))?;

@@ -224,15 +224,26 @@ pub fn spans_schema() -> SchemaRef {
     .clone()
 }
 
-/// The `spans` columns that describe the span's resource. A segment stores each distinct
-/// resource once, in its `span_resources` file, and its spans file carries a `resource_ref`
-/// instead of these columns (see `segment`); SQL and every read still see them on each span.
-pub const RESOURCE_COLUMNS: [&str; 4] = [
+/// The `spans` columns that describe the span's resource and instrumentation scope. A segment
+/// stores each distinct (resource, scope) once, in its `span_resources` file, and its spans
+/// file carries a `resource_ref` instead of these columns (see `segment`); SQL and every read
+/// still see them on each span.
+pub const RESOURCE_COLUMNS: [&str; 10] = [
     "resource_attributes",
     "resource_attribute_types",
     "resource_dropped_attributes_count",
     "resource_schema_url",
+    "scope_name",
+    "scope_version",
+    "scope_attributes",
+    "scope_attribute_types",
+    "scope_dropped_attributes_count",
+    "scope_schema_url",
 ];
+
+/// How many of [`RESOURCE_COLUMNS`] (the first) segments and WAL records written before scopes
+/// were stored once hold apart; their span rows carry the scope columns.
+pub const RESOURCE_COLUMNS_V2: usize = 4;
 
 /// Table name of a segment's resources file (not an SQL table).
 pub const SPAN_RESOURCES: &str = "span_resources";
@@ -245,35 +256,50 @@ pub const RESOURCE_REF: &str = "resource_ref";
 /// [`RESOURCE_REF`] at the end.
 pub fn spans_file_schema() -> SchemaRef {
     static S: OnceLock<SchemaRef> = OnceLock::new();
-    S.get_or_init(|| {
-        let logical = spans_schema();
-        let mut fields: Vec<Field> = logical
-            .fields()
-            .iter()
-            .filter(|f| !RESOURCE_COLUMNS.contains(&f.name().as_str()))
-            .map(|f| f.as_ref().clone())
-            .collect();
-        fields.push(Field::new(RESOURCE_REF, DataType::UInt64, false));
-        Arc::new(Schema::new(fields))
-    })
-    .clone()
+    S.get_or_init(|| spans_file_layout(&RESOURCE_COLUMNS)).clone()
+}
+
+/// Schema of a spans file (and of WAL records of kind 3) written before scopes were stored
+/// once: only the resource columns apart, the scope columns on every row.
+pub fn spans_file_schema_v2() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| spans_file_layout(&RESOURCE_COLUMNS[..RESOURCE_COLUMNS_V2])).clone()
+}
+
+fn spans_file_layout(apart: &[&str]) -> SchemaRef {
+    let mut fields: Vec<Field> = spans_schema()
+        .fields()
+        .iter()
+        .filter(|f| !apart.contains(&f.name().as_str()))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new(RESOURCE_REF, DataType::UInt64, false));
+    Arc::new(Schema::new(fields))
 }
 
 /// Schema of a segment's resources file: [`RESOURCE_REF`], then [`RESOURCE_COLUMNS`] as in
 /// `spans`.
 pub fn span_resources_schema() -> SchemaRef {
     static S: OnceLock<SchemaRef> = OnceLock::new();
-    S.get_or_init(|| {
-        let logical = spans_schema();
-        let mut fields = vec![Field::new(RESOURCE_REF, DataType::UInt64, false)];
-        for name in RESOURCE_COLUMNS {
-            if let Ok(f) = logical.field_with_name(name) {
-                fields.push(f.clone());
-            }
+    S.get_or_init(|| resources_layout(&RESOURCE_COLUMNS)).clone()
+}
+
+/// Schema of a resources file (and of WAL records of kind 3) written before scopes were stored
+/// once: [`RESOURCE_REF`] and the resource columns only.
+pub fn span_resources_schema_v2() -> SchemaRef {
+    static S: OnceLock<SchemaRef> = OnceLock::new();
+    S.get_or_init(|| resources_layout(&RESOURCE_COLUMNS[..RESOURCE_COLUMNS_V2])).clone()
+}
+
+fn resources_layout(apart: &[&str]) -> SchemaRef {
+    let logical = spans_schema();
+    let mut fields = vec![Field::new(RESOURCE_REF, DataType::UInt64, false)];
+    for name in apart {
+        if let Ok(f) = logical.field_with_name(name) {
+            fields.push(f.clone());
         }
-        Arc::new(Schema::new(fields))
-    })
-    .clone()
+    }
+    Arc::new(Schema::new(fields))
 }
 
 /// Schema of `span_events`.

@@ -72,6 +72,10 @@ pub struct WriteOptions {
     /// Write a search index into the spans file's footer (`search_index`). `false` writes
     /// segments as weft did before it (kept to test searching those).
     pub search_index: bool,
+    /// With `resource_table`: store each span's instrumentation scope with its resource.
+    /// `false` writes the scope columns on every span row, as segments written before scopes
+    /// were stored once have them (kept to test reading those).
+    pub scopes_apart: bool,
 }
 
 impl Default for WriteOptions {
@@ -83,6 +87,7 @@ impl Default for WriteOptions {
             bloom_fpp: 0.01,
             resource_table: true,
             search_index: true,
+            scopes_apart: true,
         }
     }
 }
@@ -448,12 +453,19 @@ pub(crate) fn write_segment(
             expanded =
                 batches.iter().map(|b| resources::expand_local(b, resources)).collect::<Result<_>>()?;
             batches = expanded.iter().collect();
+        } else if split && !o.scopes_apart {
+            expanded = batches.iter().map(|b| resources::with_scopes(b, resources)).collect::<Result<_>>()?;
+            batches = expanded.iter().collect();
         }
         if split && id > u64::from(u32::MAX) {
             return Err(StoreError::Decode(format!("segment id {id} does not fit a resource_ref")));
         }
         let input = batches[0].schema();
-        let schema = if split { schema::spans_file_schema() } else { schema::schema_of(t) };
+        let (schema, resources_schema) = match (split, o.scopes_apart) {
+            (false, _) => (schema::schema_of(t), schema::span_resources_schema()),
+            (true, true) => (schema::spans_file_schema(), schema::span_resources_schema()),
+            (true, false) => (schema::spans_file_schema_v2(), schema::span_resources_schema_v2()),
+        };
         let cols = schema
             .fields()
             .iter()
@@ -497,11 +509,11 @@ pub(crate) fn write_segment(
             max_time_ns: max_t,
         });
         if split {
-            let mut columns = resources.columns().to_vec();
+            let mut columns = resources.columns()[..resources_schema.fields().len()].to_vec();
             columns[0] = Arc::new(UInt64Array::from_iter_values(
                 (0..resources.num_rows() as u64).map(|i| resources::segment_ref(id, i)),
             ));
-            let batch = RecordBatch::try_new(schema::span_resources_schema(), columns)?;
+            let batch = RecordBatch::try_new(resources_schema, columns)?;
             let name = file_name(id, schema::SPAN_RESOURCES);
             let path = seg_dir.join(&name);
             let bytes = write_small(&path, &batch, o)?;
@@ -725,9 +737,13 @@ impl Segment {
             Some(f) => {
                 let path = dir.join(&f.file);
                 let parts = read_all(&path)?;
-                let batch =
-                    datafusion::arrow::compute::concat_batches(&schema::span_resources_schema(), &parts)
-                        .map_err(|e| StoreError::Decode(format!("{}: {e}", path.display())))?;
+                // Written before scopes were stored once: the resource columns only.
+                let layout = match parts.first() {
+                    Some(p) if !resources::scopes_apart(p) => schema::span_resources_schema_v2(),
+                    _ => schema::span_resources_schema(),
+                };
+                let batch = datafusion::arrow::compute::concat_batches(&layout, &parts)
+                    .map_err(|e| StoreError::Decode(format!("{}: {e}", path.display())))?;
                 Some(batch)
             }
             None => None,
@@ -747,6 +763,15 @@ impl Segment {
     /// The resources file's rows, when the segment has one.
     pub fn resources(&self) -> Option<&RecordBatch> {
         self.resources.as_ref()
+    }
+
+    /// The schema of the spans file of a segment with a resources file: the scope columns
+    /// apart too, or (written before scopes were stored once) on every span row.
+    pub fn spans_file_schema(&self) -> SchemaRef {
+        match &self.resources {
+            Some(r) if !resources::scopes_apart(r) => schema::spans_file_schema_v2(),
+            _ => schema::spans_file_schema(),
+        }
     }
 
     /// Rows read from this segment's spans file as `spans` rows (the resource columns put back

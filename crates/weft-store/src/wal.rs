@@ -5,9 +5,12 @@
 //! followed by length-prefixed Arrow IPC streams — the batches the in-memory buffer keeps, so
 //! replay is a decode, not a re-conversion:
 //!
-//! * 3 = spans: spans (segment file layout, `resource_ref` = row of the next stream), their
-//!   distinct resources, span events, span links;
+//! * 5 = spans: spans (segment file layout, `resource_ref` = row of the next stream), their
+//!   distinct resources (each with its instrumentation scope), span events, span links;
 //! * 4 = raw events: events;
+//! * 3 = spans as written before scopes were stored once: as 5, but the scope columns on every
+//!   span row and only the resource columns apart. Still replayed (the scopes are moved into
+//!   the resources then);
 //! * 2 = raw events as written before the `name` column (a tracepoint's name was then the first
 //!   entry of its fields). Still replayed (given their `name` then);
 //! * 1 = spans as written before the buffer kept resources apart: spans (every column of the
@@ -63,8 +66,9 @@ pub(crate) const MAX_RECORD: usize = 1 << 30;
 
 const KIND_SPANS_V1: u8 = 1;
 const KIND_EVENTS_V1: u8 = 2;
-const KIND_SPANS: u8 = 3;
+const KIND_SPANS_V2: u8 = 3;
 const KIND_EVENTS: u8 = 4;
+const KIND_SPANS: u8 = 5;
 
 /// When the WAL is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,14 +192,16 @@ pub fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
             crate::resources::check_refs(&spans, resources.num_rows()).map_err(|e| format!("spans: {e}"))?;
             WalRecord::Spans(SpanBatches { spans, resources, events, links })
         }
+        KIND_SPANS_V2 => {
+            let spans = ipc_decode(&mut rest, crate::schema::spans_file_schema_v2())?;
+            let resources = ipc_decode(&mut rest, crate::schema::span_resources_schema_v2())?;
+            let logical =
+                crate::resources::expand_local(&spans, &resources).map_err(|e| format!("spans: {e}"))?;
+            spans_of_logical(&logical, &mut rest)?
+        }
         KIND_SPANS_V1 => {
             let logical = ipc_decode(&mut rest, crate::schema::spans_schema())?;
-            let events = ipc_decode(&mut rest, crate::schema::span_events_schema())?;
-            let links = ipc_decode(&mut rest, crate::schema::span_links_schema())?;
-            let (mut spans, resources) =
-                crate::resources::normalize(&[&logical]).map_err(|e| format!("spans: {e}"))?;
-            let spans = spans.pop().ok_or("spans: nothing normalized")?;
-            WalRecord::Spans(SpanBatches { spans, resources, events, links })
+            spans_of_logical(&logical, &mut rest)?
         }
         KIND_EVENTS => WalRecord::Events(ipc_decode(&mut rest, crate::schema::events_schema())?),
         KIND_EVENTS_V1 => {
@@ -208,6 +214,17 @@ pub fn decode_record(payload: &[u8]) -> Result<WalRecord, String> {
         return Err(format!("{} trailing bytes", rest.len()));
     }
     Ok(rec)
+}
+
+/// A spans record of an older kind from its spans with every column (`logical`) and the
+/// rest of its payload (span events, span links): the resources split off as now.
+fn spans_of_logical(logical: &RecordBatch, rest: &mut &[u8]) -> Result<WalRecord, String> {
+    let events = ipc_decode(rest, crate::schema::span_events_schema())?;
+    let links = ipc_decode(rest, crate::schema::span_links_schema())?;
+    let (mut spans, resources) =
+        crate::resources::normalize(&[logical]).map_err(|e| format!("spans: {e}"))?;
+    let spans = spans.pop().ok_or("spans: nothing normalized")?;
+    Ok(WalRecord::Spans(SpanBatches { spans, resources, events, links }))
 }
 
 /// Path of WAL file `id`.
@@ -622,7 +639,7 @@ impl WalReader<'_> {
         }
         if !matches!(
             bytes.get(FRAME_HEADER),
-            Some(&(KIND_SPANS_V1 | KIND_EVENTS_V1 | KIND_SPANS | KIND_EVENTS))
+            Some(&(KIND_SPANS_V1 | KIND_EVENTS_V1 | KIND_SPANS_V2 | KIND_EVENTS | KIND_SPANS))
         ) {
             return None;
         }
@@ -823,6 +840,17 @@ mod tests {
         (rows, st)
     }
 
+    /// `back` (a decoded record) has the rows `logical` and converts back to `spans`.
+    fn reads_back(back: SpanBatches, logical: &RecordBatch, spans: &[weft_model::Span]) {
+        assert_eq!(&back.logical_spans().unwrap(), logical);
+        let again = crate::arrow_rows::batches_to_spans(
+            &[back.logical_spans().unwrap()],
+            &[back.events],
+            &[back.links],
+        );
+        assert_eq!(again.unwrap(), spans);
+    }
+
     /// Records written before the buffer kept resources apart (kind 1: spans with every
     /// column) replay as the same spans, their resources split off.
     #[test]
@@ -842,13 +870,7 @@ mod tests {
         }
         let WalRecord::Spans(back) = decode_record(&p).unwrap() else { panic!("not spans") };
         assert_eq!(back.resources.num_rows(), 4, "svc-0, svc-1, the other one, svc-2");
-        assert_eq!(back.logical_spans().unwrap(), logical);
-        let again = crate::arrow_rows::batches_to_spans(
-            &[back.logical_spans().unwrap()],
-            &[back.events],
-            &[back.links],
-        );
-        assert_eq!(again.unwrap(), spans);
+        reads_back(back, &logical, &spans);
         // A current record names the resources the same way.
         let mut p = Vec::new();
         encode_spans(&b, &mut p).unwrap();
@@ -863,6 +885,41 @@ mod tests {
         assert!(err.contains("resource_ref"), "{err}");
         let mut m = crate::memtable::MemTable::default();
         assert!(m.push_spans(bad).is_err());
+    }
+
+    /// Records written before scopes were stored once (kind 3: scope columns on every span
+    /// row, only the resource columns apart) replay as the same spans, each distinct
+    /// (resource, scope) once.
+    #[test]
+    fn records_written_before_scopes_were_stored_once_replay() {
+        let mut spans: Vec<_> = (0..6).map(crate::testutil::span).collect();
+        let mut scope = (*spans[0].scope).clone();
+        scope.name = "other".into();
+        let scope = Arc::new(scope);
+        for s in spans.iter_mut().skip(1).step_by(2) {
+            s.scope = Arc::clone(&scope);
+        }
+        let b = spans_to_batches(&spans).unwrap();
+        let logical = b.logical_spans().unwrap();
+        let take = |from: &RecordBatch, schema: datafusion::arrow::datatypes::SchemaRef| {
+            let at: Vec<usize> =
+                schema.fields().iter().map(|f| from.schema().index_of(f.name()).unwrap()).collect();
+            let p = from.project(&at).unwrap();
+            RecordBatch::try_new(schema, p.columns().to_vec()).unwrap()
+        };
+        let old_spans = take(
+            &crate::resources::with_scopes(&b.spans, &b.resources).unwrap(),
+            crate::schema::spans_file_schema_v2(),
+        );
+        let old_resources = take(&b.resources, crate::schema::span_resources_schema_v2());
+        let mut p = vec![KIND_SPANS_V2];
+        for batch in [&old_spans, &old_resources, &b.events, &b.links] {
+            ipc_encode(&mut p, batch).unwrap();
+        }
+        let WalRecord::Spans(back) = decode_record(&p).unwrap() else { panic!("not spans") };
+        assert_eq!(back.resources.num_rows(), 6, "three resources, each with two scopes");
+        assert!(back.spans.schema().index_of("scope_name").is_err());
+        reads_back(back, &logical, &spans);
     }
 
     /// Raw events written before the `name` column (kind 2: a tracepoint's name first in its

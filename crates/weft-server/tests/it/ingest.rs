@@ -418,16 +418,54 @@ fn a_poisoned_store_answers_503_with_retry_after_and_grpc_unavailable() {
     assert_eq!(s.metric("weft_spans_accepted_total{receiver=\"otlp_grpc\"}"), 0.0);
 }
 
-/// Issue 18 item 1: a small gzip request whose tiny spans share one large scope expands past
-/// the store's per-append limit. It alone is refused with 413 naming the reason; the store is
-/// not poisoned and the next request is stored.
+/// Issue 18 item 1: a small gzip request whose tiny spans share one large scope (64
+/// attributes of 64 bytes) used to expand past the store's per-append limit (the scope was
+/// copied into every span row): it is accepted, and stored with about the WAL and buffer bytes
+/// per span of the same spans with their ordinary scopes.
+#[test]
+fn spans_sharing_a_large_scope_are_stored_with_the_scope_once() {
+    let mut big = weft_model::Scope { name: "big".into(), ..Default::default() };
+    for i in 0..64 {
+        big.attributes.push(format!("attr.{i}"), format!("{i:064}"));
+    }
+    let big = std::sync::Arc::new(big);
+    // The spans alone take about 1.1 MiB in memory; a copy of the scope on each, ten more.
+    let per_span = |large: bool| {
+        let s = TestServer::with(|sc, _| sc.max_append_bytes = 4 << 20);
+        let mut batch = spans(40, 2000);
+        if large {
+            for sp in &mut batch {
+                sp.scope = std::sync::Arc::clone(&big);
+            }
+        }
+        let body = gzip(&otlp::encode_proto(&batch));
+        let (st, _, b) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &body);
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&b));
+        let stats = s.store.stats();
+        assert_eq!(stats.buffer_spans, batch.len() as u64);
+        let n = batch.len() as f64;
+        (stats.wal_bytes as f64 / n, stats.buffer_bytes as f64 / n)
+    };
+    let (small, large) = (per_span(false), per_span(true));
+    eprintln!(
+        "bytes per span: WAL {:.1} (ordinary scopes) vs {:.1} (one large scope), buffer {:.1} vs {:.1}",
+        small.0, large.0, small.1, large.1
+    );
+    // The scope (~5 KiB) is kept once per distinct resource it comes with (a few services),
+    // not once per span (which was ~5 KiB more per span).
+    assert!(large.0 < small.0 + 64.0, "WAL: {small:?} vs {large:?}");
+    assert!(large.1 < small.1 + 64.0, "buffer: {small:?} vs {large:?}");
+}
+
+/// Issue 18 item 1: a small gzip request that truly expands past the store's per-append limit
+/// (every tiny span with a long attribute of its own) is refused with 413 naming the reason,
+/// alone; the store is not poisoned and the next request is stored.
 #[test]
 fn a_request_that_expands_past_the_append_limit_gets_413_alone() {
     let s = TestServer::with(|sc, _| sc.max_append_bytes = 1 << 20);
-    let scope = std::sync::Arc::new(weft_model::Scope { name: "x".repeat(4096), ..Default::default() });
     let mut bomb = spans(40, 2000);
     for sp in &mut bomb {
-        sp.scope = std::sync::Arc::clone(&scope);
+        sp.attributes.push("blob", "x".repeat(4096));
     }
     let body = gzip(&otlp::encode_proto(&bomb));
     let (st, _, b) = s.post("/v1/traces", &[PB, ("Content-Encoding", "gzip")], &body);

@@ -22,8 +22,12 @@ fn rows(store: &Store, sql: &str) -> Vec<Vec<String>> {
     out
 }
 
+/// A span's resource and instrumentation scope, which segments store once per distinct pair.
 fn resource_key(s: &Span) -> String {
-    format!("{:?}", (&s.resource.attributes, &s.resource.schema_url, s.resource.dropped_attributes_count))
+    format!(
+        "{:?}",
+        (&s.resource.attributes, &s.resource.schema_url, s.resource.dropped_attributes_count, &s.scope)
+    )
 }
 
 /// Everything a reader can ask about resources agrees with the spans that were appended.
@@ -98,7 +102,7 @@ fn each_distinct_resource_is_stored_once_and_read_back_on_every_span() {
     let distinct: BTreeSet<String> = all.iter().map(resource_key).collect();
     assert!(distinct.len() > 10, "{} resources", distinct.len());
     let file = segs[0].files.iter().find(|f| f.table == "span_resources").expect("a resources file");
-    assert_eq!(file.rows as usize, distinct.len(), "one row per distinct resource");
+    assert_eq!(file.rows as usize, distinct.len(), "one row per distinct resource and scope");
     check(&store, &all);
     // And after a restart (the resources are loaded with the segment).
     drop(store);
@@ -144,4 +148,80 @@ fn segments_written_before_resource_files_are_read_and_compacted_into_them() {
     assert!(segs.len() < legacy + 1);
     assert!(segs.iter().all(has_resources_file), "{segs:?}");
     check(&store, &all);
+}
+
+/// SQL over the scope columns gives, per scope, the spans appended with it.
+fn check_scopes(store: &Store, all: &[Span]) {
+    let mut want: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    for s in all {
+        let attrs =
+            format!("{:?}", s.scope.attributes.0.iter().map(|kv| kv.key.to_string()).collect::<Vec<_>>());
+        *want.entry((s.scope.name.clone(), s.scope.version.clone(), attrs)).or_default() += 1;
+    }
+    let got: BTreeMap<(String, String, String), usize> = rows(
+        store,
+        "SELECT scope_name, scope_version, map_keys(scope_attributes), count(*) FROM spans GROUP BY 1, 2, 3",
+    )
+    .into_iter()
+    .map(|r| {
+        let keys: Vec<String> =
+            r[2].trim_matches(['[', ']']).split(", ").filter(|k| !k.is_empty()).map(String::from).collect();
+        ((r[0].clone(), r[1].clone(), format!("{keys:?}")), r[3].parse().unwrap())
+    })
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn segments_written_before_scopes_were_stored_once_read_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut old_layout = config(dir.path());
+    old_layout.write.scopes_apart = false;
+    let store = Store::open(old_layout).unwrap();
+    let mut all = spans(8, 1200);
+    for part in all.chunks(400) {
+        store.append(part).unwrap();
+        store.flush().unwrap();
+    }
+    let legacy = store.segments().len();
+    assert!(legacy >= 3);
+    drop(store);
+    let mut c = config(dir.path());
+    c.compaction_min_inputs = 3;
+    let store = Store::open(c).unwrap();
+    let newer = spans(9, 600);
+    store.append(&newer).unwrap();
+    store.flush().unwrap();
+    all.extend(newer);
+    let scopes_in_resources = |store: &Store| {
+        store
+            .segments()
+            .iter()
+            .map(|s| {
+                let f = s.files.iter().find(|f| f.table == "span_resources").unwrap();
+                let batches = read_parquet(&dir.path().join("segments").join(&f.file));
+                batches[0].schema().index_of("scope_name").is_ok()
+            })
+            .collect::<Vec<bool>>()
+    };
+    let layouts = scopes_in_resources(&store);
+    assert_eq!(layouts.iter().filter(|&&b| !b).count(), legacy, "{layouts:?}");
+    assert_eq!(layouts.iter().filter(|&&b| b).count(), 1, "{layouts:?}");
+    check(&store, &all);
+    check_scopes(&store, &all);
+    // Compaction reads both layouts and writes the new one.
+    assert!(store.compact().unwrap());
+    assert!(scopes_in_resources(&store).iter().all(|&b| b));
+    check(&store, &all);
+    check_scopes(&store, &all);
+}
+
+fn read_parquet(path: &std::path::Path) -> Vec<datafusion::arrow::array::RecordBatch> {
+    let f = std::fs::File::open(path).unwrap();
+    datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
 }

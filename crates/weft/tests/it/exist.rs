@@ -524,9 +524,16 @@ fn timed_profiling_rounds_through_weft_exist_plan() {
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("interrupted after 1 of 1000 rounds"), "{err}");
+    // Under load a round can outlast the 3 s period, so the next one may have begun before
+    // the signal came: the stop is honest if no round follows the count it reports.
+    let done: usize = err
+        .split("interrupted after ")
+        .nth(1)
+        .and_then(|r| r.split(" of 1000 rounds").next()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no interruption count: {err}"));
+    assert!((1..1000).contains(&done), "{err}");
     std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(captures(), 3, "no round after the stop");
+    assert_eq!(captures(), 2 + done, "no round after the stop\n{err}");
     // The agent released its events.
     let fds = std::fs::read_dir(format!("/proc/{}/fd", agent_pid(&probes)))
         .unwrap()
