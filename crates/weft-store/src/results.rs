@@ -4,7 +4,9 @@
 //! the directory) and named so that they sort oldest first; [`Store::sql`] reads it as
 //! `live_NAME`. Every file of a table has the same columns (the first file's). Bounded: past
 //! [`MAX_RESULT_ROWS`] rows the oldest files of the table are deleted (the span store's size
-//! and age retention does not apply to them). A read-only store reads them too.
+//! and age retention does not apply to them). A read-only store reads them too; a table whose
+//! files cannot be read is left out of SQL (logged), the others stay. The temp file of a write
+//! a crash interrupted is deleted by the table's next write.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -88,11 +90,22 @@ pub(crate) fn register(data: &Path, ctx: &SessionContext) -> Result<()> {
         if check_name(&name).is_err() {
             continue;
         }
-        let Some(schema) = schema_in(&e.path())? else { continue };
-        let url = ListingTableUrl::parse(e.path().to_string_lossy())?;
-        let opts = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-        let config = ListingTableConfig::new(url).with_listing_options(opts).with_schema(schema);
-        ctx.register_table(format!("{SQL_PREFIX}{name}"), Arc::new(ListingTable::try_new(config)?))?;
+        // an unreadable table is left out (and said so), the span tables and the others stay
+        let table = schema_in(&e.path()).and_then(|schema| {
+            let Some(schema) = schema else { return Ok(None) };
+            let url = ListingTableUrl::parse(e.path().to_string_lossy())?;
+            let opts =
+                ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+            let config = ListingTableConfig::new(url).with_listing_options(opts).with_schema(schema);
+            Ok(Some(ListingTable::try_new(config)?))
+        });
+        match table {
+            Ok(Some(t)) => {
+                ctx.register_table(format!("{SQL_PREFIX}{name}"), Arc::new(t))?;
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!(table = %name, error = %err, "result table left out of SQL"),
+        }
     }
     Ok(())
 }
@@ -135,6 +148,12 @@ impl Store {
             )));
         }
         std::fs::create_dir_all(&dir).map_err(io_err("create", &dir))?;
+        // writers hold the lock: a temp file here is a write a crash interrupted
+        for e in std::fs::read_dir(&dir).map_err(io_err("list", &dir))?.flatten() {
+            if e.path().extension().is_some_and(|x| x == "tmp") {
+                std::fs::remove_file(e.path()).map_err(io_err("remove", e.path()))?;
+            }
+        }
         let stem = format!(
             "{:020}-{:08}",
             weft_model::time::now_unix_nanos(),
@@ -229,6 +248,13 @@ mod tests {
         cfg.read_only = true;
         let ro = Store::open(cfg).expect("read-only");
         assert_eq!(sum(&ro).await, (9, 3));
+        // a table whose file cannot be read is left out; the others and the span tables stay
+        std::fs::create_dir_all(tmp.path().join("tables/broken")).expect("dir");
+        std::fs::write(tmp.path().join("tables/broken/0.parquet"), b"not parquet").expect("file");
+        assert_eq!(sum(&ro).await, (9, 3));
+        ro.sql("SELECT count(*) FROM spans", 1).await.expect("span tables");
+        let e = ro.sql("SELECT * FROM live_broken", 1).await.expect_err("left out");
+        assert!(e.to_string().contains("live_broken"), "{e}");
         assert!(matches!(ro.append_result_rows("t1", &batch(&["x"], 1)), Err(StoreError::ReadOnly)));
     }
 
@@ -247,8 +273,10 @@ mod tests {
         let counts =
             newest.expect("batch").column(1).as_any().downcast_ref::<Int64Array>().expect("i64").value(0);
         assert_eq!(counts, 4);
-        // a single file larger than the cap is kept
+        // a single file larger than the cap is kept; an interrupted write's temp file goes
+        std::fs::write(dir.join("00000000000000000001-00000000.tmp"), b"torn").expect("tmp");
         store.append_capped("capped", &batch(&["a", "b", "c", "d", "e", "f"], 9), 5).expect("append");
-        assert_eq!(files(&dir).expect("files").len(), 1);
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("dir").flatten().map(|e| e.path()).collect();
+        assert_eq!(left.len(), 1, "{left:?}");
     }
 }
