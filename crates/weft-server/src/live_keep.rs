@@ -20,8 +20,8 @@ use weft_query::merge::Cell;
 use weft_query::{LivePlan, OutCol, Type};
 use weft_store::RecordBatch;
 use weft_store::datafusion::arrow::array::{
-    ArrayRef, BooleanBuilder, Float64Builder, Int32Array, Int64Builder, ListArray, StringBuilder,
-    StructArray, TimestampNanosecondBuilder, UInt64Array, UInt64Builder,
+    ArrayRef, BooleanArray, Float64Array, Int32Array, Int64Array, ListArray, StringArray, StructArray,
+    TimestampNanosecondArray, UInt64Array,
 };
 use weft_store::datafusion::arrow::buffer::{NullBuffer, OffsetBuffer};
 use weft_store::datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
@@ -123,51 +123,27 @@ fn key_text(k: &KeyValue) -> String {
 fn column(ty: &DataType, windows: &[KeptWindow], i: usize) -> ArrayRef {
     let cells = || windows.iter().flat_map(|w| w.rows.iter().map(move |r| r.get(i)));
     match ty {
-        DataType::Int64 => {
-            let mut b = Int64Builder::new();
-            for c in cells() {
-                b.append_option(match c {
-                    Some(Cell::Key(KeyValue::Int(v))) => Some(*v),
-                    Some(Cell::Key(KeyValue::Uint(v))) => i64::try_from(*v).ok(),
-                    Some(Cell::Value(Output::Int(v))) => i64::try_from(*v).ok(),
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
-        DataType::UInt64 => {
-            let mut b = UInt64Builder::new();
-            for c in cells() {
-                b.append_option(match c {
-                    Some(Cell::Key(KeyValue::Uint(v))) => Some(*v),
-                    Some(Cell::Key(KeyValue::Int(v))) => u64::try_from(*v).ok(),
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Float64 => {
-            let mut b = Float64Builder::new();
-            for c in cells() {
-                b.append_option(match c {
-                    Some(Cell::Key(KeyValue::Float(bits))) => Some(f64::from_bits(*bits)),
-                    Some(Cell::Value(Output::Float(f))) => Some(*f),
-                    Some(Cell::Value(Output::Int(v))) => Some(*v as f64),
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
-        DataType::Boolean => {
-            let mut b = BooleanBuilder::new();
-            for c in cells() {
-                b.append_option(match c {
-                    Some(Cell::Key(KeyValue::Bool(v))) => Some(*v),
-                    _ => None,
-                });
-            }
-            Arc::new(b.finish())
-        }
+        DataType::Int64 => Arc::new(Int64Array::from_iter(cells().map(|c| match c {
+            Some(Cell::Key(KeyValue::Int(v))) => Some(*v),
+            Some(Cell::Key(KeyValue::Uint(v))) => i64::try_from(*v).ok(),
+            Some(Cell::Value(Output::Int(v))) => i64::try_from(*v).ok(),
+            _ => None,
+        }))),
+        DataType::UInt64 => Arc::new(UInt64Array::from_iter(cells().map(|c| match c {
+            Some(Cell::Key(KeyValue::Uint(v))) => Some(*v),
+            Some(Cell::Key(KeyValue::Int(v))) => u64::try_from(*v).ok(),
+            _ => None,
+        }))),
+        DataType::Float64 => Arc::new(Float64Array::from_iter(cells().map(|c| match c {
+            Some(Cell::Key(KeyValue::Float(bits))) => Some(f64::from_bits(*bits)),
+            Some(Cell::Value(Output::Float(f))) => Some(*f),
+            Some(Cell::Value(Output::Int(v))) => Some(*v as f64),
+            _ => None,
+        }))),
+        DataType::Boolean => Arc::new(BooleanArray::from_iter(cells().map(|c| match c {
+            Some(Cell::Key(KeyValue::Bool(v))) => Some(*v),
+            _ => None,
+        }))),
         DataType::List(_) => {
             let (mut buckets, mut counts, mut offsets, mut valid) =
                 (Vec::new(), Vec::new(), vec![0i32], Vec::new());
@@ -196,16 +172,10 @@ fn column(ty: &DataType, windows: &[KeptWindow], i: usize) -> ArrayRef {
                 Some(NullBuffer::from(valid)),
             ))
         }
-        _ => {
-            let mut b = StringBuilder::new();
-            for c in cells() {
-                match c {
-                    Some(Cell::Key(k)) => b.append_value(key_text(k)),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish())
-        }
+        _ => Arc::new(StringArray::from_iter(cells().map(|c| match c {
+            Some(Cell::Key(k)) => Some(key_text(k)),
+            _ => None,
+        }))),
     }
 }
 
@@ -214,20 +184,11 @@ pub fn batch(plan: &LivePlan, schema: &SchemaRef, windows: &[KeptWindow]) -> Res
     let per_row = |f: &dyn Fn(&KeptWindow) -> u64| -> Vec<u64> {
         windows.iter().flat_map(|w| std::iter::repeat_n(f(w), w.rows.len())).collect()
     };
+    let as_i64 = |v: Vec<u64>| v.into_iter().map(|t| t.min(i64::MAX as u64) as i64);
     let times = |v: Vec<u64>| -> ArrayRef {
-        let mut b = TimestampNanosecondBuilder::new().with_timezone("UTC");
-        for t in v {
-            b.append_value(t.min(i64::MAX as u64) as i64);
-        }
-        Arc::new(b.finish())
+        Arc::new(TimestampNanosecondArray::from_iter_values(as_i64(v)).with_timezone("UTC"))
     };
-    let counts = |v: Vec<u64>| -> ArrayRef {
-        let mut b = Int64Builder::new();
-        for n in v {
-            b.append_value(n as i64);
-        }
-        Arc::new(b.finish())
-    };
+    let counts = |v: Vec<u64>| -> ArrayRef { Arc::new(Int64Array::from_iter_values(as_i64(v))) };
     let mut cols = vec![times(per_row(&|w| w.start_ns)), times(per_row(&|w| w.end_ns))];
     for i in 0..plan.outputs.len() {
         cols.push(column(schema.field(i + 2).data_type(), windows, i));
