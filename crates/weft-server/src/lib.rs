@@ -18,6 +18,8 @@
 //! EXIST's cluster level lives here too ([`exist`]): the coverage optimizer the control API's
 //! `POST /api/control/exist/plan` runs over the replicas the agents report, the anomaly rules
 //! evaluated over the ingested spans, and the merging and accuracy of function profiles.
+//! So does Fay's cluster level ([`live`]): live queries planned, deployed to the agents, their
+//! partials merged per window, and kept windows written to the store ([`live_keep`]).
 
 #![warn(missing_docs)]
 
@@ -30,6 +32,7 @@ pub mod ingest;
 pub mod jaeger;
 pub mod jaeger_query;
 pub mod live;
+pub mod live_keep;
 pub mod metrics;
 pub mod otlp;
 pub mod params;
@@ -157,12 +160,12 @@ jaeger:   GET /api/v3/services | operations?service= | traces?query.serviceName=
           traces?service=&operation=&tags=&start=&end=&minDuration=&maxDuration=&limit= | traces?traceID= |\n\
           traces/{traceID} | dependencies?endTs=&lookback= (Jaeger UI / Grafana JSON)\n\
 sql:      POST /api/sql (body: SQL; ?format=json|csv|table), GET /api/sql?q=\n\
-          tables: spans, span_events, span_links, events\n\
+          tables: spans, span_events, span_links, events, live_NAME (kept live queries)\n\
 metrics:  GET /metrics (Prometheus text)\n\
 control:  POST /api/control/probes (bearer token; {\"op\":\"enable\",\"selector\":\"group:io\"}) | GET /api/control/probes/{id} |\n\
           GET /api/control/agents | POST /api/control/poll (agents) | POST /api/agents/report (agents) |\n\
           PUT /api/control/explore/forest (weft explore's hypothesis forest, kept in the data directory)\n\
-live:     POST /api/control/queries (bearer token; body: a live query) | GET /api/control/queries/{id}/results |\n\
+live:     POST /api/control/queries[?keep=NAME] (bearer token; body: a live query) | GET /api/control/queries/{id}/results |\n\
           DELETE /api/control/queries/{id} | POST /api/control/live (agents)\n\
 status:   GET /api/status\n\
 ui:       GET / (the web UI); GET /api/ui/services | search | trace/{id} | span/{trace}/{span} |\n\

@@ -4,9 +4,9 @@
 //!
 //! | route | auth | what |
 //! |---|---|---|
-//! | `POST /api/control/queries[?wait=2s]` | bearer | body: the query text. 201 with its id and plan; `EXPLAIN …` answers the plan only (200); an invalid query gets 400 with `line`, `column` and `reason`. With `wait`, answers once every live agent runs (or refused) it |
+//! | `POST /api/control/queries[?wait=2s][&keep=NAME]` | bearer | body: the query text. 201 with its id and plan; `EXPLAIN …` answers the plan only (200); an invalid query gets 400 with `line`, `column` and `reason`. With `wait`, answers once every live agent runs (or refused) it. With `keep`, its closed windows are written to the store's result table `NAME` (SQL: `live_NAME`, see [`crate::live_keep`]); a name not `[a-z0-9_]{1,64}`, or of a table holding other columns, gets 400 |
 //! | `GET /api/control/queries` | bearer | the queries, running and ended, and the agents in the exchange |
-//! | `GET /api/control/queries/{id}/results[?windows=N]` | bearer | closed windows (rows, contributing and missing agents), the total over them, per-agent totals, agents' state (running, late, dead), failures, late partials, bytes received |
+//! | `GET /api/control/queries/{id}/results[?windows=N]` | bearer | closed windows (rows, contributing and missing agents), the total over them, per-agent totals, agents' state (running, late, dead), failures, late partials, bytes received, `kept` (a kept query's table, windows and rows written, waiting, write errors) |
 //! | `DELETE /api/control/queries/{id}[?wait=2s]` | bearer | remove: agents detach it from every process (their tables are freed); its results stay readable |
 //! | `POST /api/control/live` | bearer | agents: deliver partials, learn which queries to run ([`LiveSync`] → [`LiveAnswer`]); held until the set changes |
 //!
@@ -24,6 +24,12 @@
 //! partials are merged as above; id `| `[`CARRY`] runs the upstream half, which packs the
 //! carried columns into the request's baggage (its partials are not merged; its failures are
 //! the query's).
+//!
+//! A kept query's closed windows are written by the handlers that close them (outside the
+//! hub's lock, on a blocking thread) every [`KEEP_WINDOWS`] windows, [`KEEP_EVERY`], and once
+//! the query has ended and its last window closed; a failed write is counted (`kept.errors`)
+//! and logged, its windows dropped. The store bounds each table by rows
+//! ([`weft_store::results::MAX_RESULT_ROWS`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -41,9 +47,11 @@ use weft_control::live::{LiveAnswer, LiveFailure, LiveSync, QueryDeploy, WirePla
 use weft_probe::agg::{KeyValue, Output, Partial};
 use weft_query::merge::{Cell, rows};
 use weft_query::{ListCatalog, LivePlan};
+use weft_store::datafusion::arrow::datatypes::SchemaRef;
 
 use crate::api::ApiError;
 use crate::control::json as json_answer;
+use crate::live_keep::{self, KeptWindow};
 use crate::state::AppState;
 
 /// Bit set in the deploy id of a join's upstream half.
@@ -61,6 +69,10 @@ pub const MAX_OPEN_WINDOWS: usize = 64;
 const MAX_FAILURES: usize = 256;
 /// Longest query text.
 const MAX_QUERY_BYTES: usize = 64 << 10;
+/// A kept query's closed windows are written once this many wait.
+pub const KEEP_WINDOWS: usize = 60;
+/// … or once the oldest waiting one has waited this long.
+pub const KEEP_EVERY: Duration = Duration::from_secs(10);
 /// Silence beyond an agent's long poll after which it is dead.
 pub const DEAD_AFTER: Duration = Duration::from_secs(10);
 
@@ -95,8 +107,21 @@ struct Closed {
     missing: Vec<String>,
 }
 
+/// Where a kept query's windows go, and how that went.
+struct Keep {
+    name: String,
+    schema: SchemaRef,
+    pending: Vec<KeptWindow>,
+    since: Option<Instant>,
+    windows: u64,
+    rows: u64,
+    errors: u64,
+    last_error: Option<String>,
+}
+
 struct LiveQuery {
     text: String,
+    keep: Option<Keep>,
     plan: LivePlan,
     deploy: QueryDeploy,
     /// A join's upstream half (deployed as id `| CARRY`).
@@ -160,7 +185,7 @@ impl LiveQuery {
             if self.total.merge(&partial).is_err() {
                 self.merge_errors += 1;
             }
-            let missing = self
+            let missing: Vec<String> = self
                 .started
                 .keys()
                 .filter(|a| !w.parts.contains_key(*a))
@@ -171,8 +196,31 @@ impl LiveQuery {
                 self.closed.pop_front();
             }
             self.closed_until = self.closed_until.max(start + 1);
+            if let Some(k) = &mut self.keep {
+                k.since.get_or_insert_with(Instant::now);
+                k.pending.push(KeptWindow {
+                    start_ns: start,
+                    end_ns: start.saturating_add(self.interval_ns),
+                    rows: rows(&self.plan, &partial),
+                    agents: w.parts.len(),
+                    missing: missing.len(),
+                });
+            }
             self.closed.push_back(Closed { start, partial, agents: w.parts.into_keys().collect(), missing });
         }
+    }
+
+    /// The kept windows due to be written (see the module's doc).
+    fn take_kept(&mut self) -> Option<(String, SchemaRef, Vec<KeptWindow>)> {
+        let done = !self.active() && self.open.is_empty();
+        let k = self.keep.as_mut()?;
+        let due =
+            k.pending.len() >= KEEP_WINDOWS || k.since.is_some_and(|t| t.elapsed() >= KEEP_EVERY) || done;
+        if k.pending.is_empty() || !due {
+            return None;
+        }
+        k.since = None;
+        Some((k.name.clone(), k.schema.clone(), std::mem::take(&mut k.pending)))
     }
 }
 
@@ -236,6 +284,55 @@ pub fn routes() -> Router<AppState> {
 struct Params {
     wait: Option<String>,
     windows: Option<usize>,
+    keep: Option<String>,
+}
+
+/// Closes the due windows and writes the kept ones to the store (on a blocking thread: file
+/// writes and fsyncs).
+async fn keep_due(st: &AppState) {
+    let jobs: Vec<(u64, String, SchemaRef, LivePlan, Vec<KeptWindow>)> = {
+        let mut inner = st.control.live.lock();
+        inner.close_all();
+        inner
+            .queries
+            .iter_mut()
+            .filter_map(|(id, q)| {
+                q.take_kept().map(|(name, schema, w)| (*id, name, schema, q.plan.clone(), w))
+            })
+            .collect()
+    };
+    if jobs.is_empty() {
+        return;
+    }
+    let st2 = st.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        jobs.into_iter()
+            .map(|(id, name, schema, plan, windows)| {
+                let rows: usize = windows.iter().map(|w| w.rows.len()).sum();
+                let r = live_keep::batch(&plan, &schema, &windows)
+                    .map_err(|e| e.to_string())
+                    .and_then(|b| st2.store.append_result_rows(&name, &b).map_err(|e| e.to_string()));
+                (id, windows.len() as u64, rows as u64, r)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await;
+    let Ok(done) = done else { return };
+    let mut inner = st.control.live.lock();
+    for (id, windows, rows, r) in done {
+        let Some(k) = inner.queries.get_mut(&id).and_then(|q| q.keep.as_mut()) else { continue };
+        match r {
+            Ok(()) => {
+                k.windows += windows;
+                k.rows += rows;
+            }
+            Err(e) => {
+                tracing::warn!(id, table = %k.name, error = %e, windows, "kept windows not written");
+                k.errors += 1;
+                k.last_error = Some(e);
+            }
+        }
+    }
 }
 
 fn query_id(id: &str) -> Result<u64, ApiError> {
@@ -280,6 +377,11 @@ async fn submit(
         return ApiError::bad_request("the query is not UTF-8 text").into_response();
     };
     let hub = &c.live;
+    if let Some(name) = &q.keep
+        && let Err(e) = weft_store::results::check_name(name)
+    {
+        return ApiError::bad_request(format!("keep: {e}")).into_response();
+    }
     let catalog = {
         let inner = hub.lock();
         inner
@@ -314,6 +416,34 @@ async fn submit(
         weft_query::Source::Uprobe { binary, symbol, ret } => {
             Some(WireSource::Uprobe { binary, symbol, ret })
         }
+    };
+    let keep = match &q.keep {
+        Some(name) => {
+            let schema = live_keep::schema(&plan);
+            match st.store.result_table_schema(name) {
+                Ok(Some(have)) if have.fields() != schema.fields() => {
+                    let cols: Vec<&str> = have.fields().iter().map(|f| f.name().as_str()).collect();
+                    let msg = format!(
+                        "keep: result table {name} holds other columns ({}): keep this query under another name",
+                        cols.join(", ")
+                    );
+                    return ApiError::bad_request(msg).into_response();
+                }
+                Ok(_) => {}
+                Err(e) => return ApiError::bad_request(format!("keep: {e}")).into_response(),
+            }
+            Some(Keep {
+                name: name.clone(),
+                schema,
+                pending: Vec::new(),
+                since: None,
+                windows: 0,
+                rows: 0,
+                errors: 0,
+                last_error: None,
+            })
+        }
+        None => None,
     };
     let interval = plan.window.interval.or(plan.window.duration).unwrap_or(Duration::from_secs(1));
     let interval_ns = interval.as_nanos().max(1_000_000) as u64;
@@ -350,6 +480,7 @@ async fn submit(
             id,
             LiveQuery {
                 text: text.clone(),
+                keep,
                 ends: plan.window.duration.map(|d| now + d),
                 plan,
                 deploy,
@@ -498,6 +629,7 @@ async fn results(
         Ok(id) => id,
         Err(e) => return e.into_response(),
     };
+    keep_due(&st).await;
     let mut inner = st.control.live.lock();
     inner.close_all();
     let Some(q) = inner.queries.get(&id) else {
@@ -558,6 +690,9 @@ async fn results(
         "reports": q.reports,
         "partial_bytes": q.partial_bytes,
         "merge_errors": q.merge_errors,
+        "kept": q.keep.as_ref().map(|k| json!({"table": format!("{}{}", weft_store::results::SQL_PREFIX, k.name),
+            "windows": k.windows, "rows": k.rows, "waiting": k.pending.len(), "errors": k.errors,
+            "last_error": k.last_error})),
     });
     json_answer(StatusCode::OK, &body)
 }
@@ -649,6 +784,7 @@ async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
         }
     }
     hub.notify.notify_waiters();
+    keep_due(&st).await;
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let notified = hub.notify.notified();

@@ -99,6 +99,9 @@ pub enum StoreError {
     /// DataFusion error.
     #[error("{0}")]
     DataFusion(#[from] datafusion::error::DataFusionError),
+    /// A result table's name, or rows that do not fit the table's columns.
+    #[error("{0}")]
+    ResultTable(String),
 }
 
 /// Result alias.

@@ -49,7 +49,10 @@
 //!   flush and compaction, skips segments that cannot match; newest segments first, it stops
 //!   at N traces; [`SearchPlan::Scan`] is the full scan it must agree with),
 //!   [`Store::services`] / [`Store::operations`], and SQL
-//!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`.
+//!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`, and
+//!   the result tables (`live_NAME`).
+//! * **Result tables** ([`results`]): rows kept for later SQL (a live query's windows), Parquet
+//!   files under `tables/NAME/` apart from the span engine, capped per table by rows.
 //!
 //! # Modules
 //!
@@ -59,7 +62,7 @@
 //! segment's footer says for it). Behind it, `engine` holds the shared state and
 //! the background work: WAL replay on open, the write path, flush, retention and compaction.
 //! Data formats: [`schema`] (the tables), [`arrow_rows`] (spans ↔ Arrow rows), [`wal`],
-//! [`segment`], [`manifest`].
+//! [`segment`], [`manifest`], [`results`].
 
 #![warn(missing_docs)]
 
@@ -79,6 +82,7 @@ mod query_memory;
 mod read;
 pub mod render;
 mod resources;
+pub mod results;
 pub mod schema;
 mod search;
 mod search_index;

@@ -143,8 +143,8 @@ impl Store {
     }
 
     /// A DataFusion session over a fresh snapshot: tables `spans`, `span_events`,
-    /// `span_links`, `events`. The snapshot (and the segment files it names) lives as long as
-    /// the context.
+    /// `span_links`, `events`, and the result tables as `live_NAME` ([`crate::results`]). The
+    /// snapshot (and the segment files it names) lives as long as the context.
     pub fn session(&self) -> Result<SessionContext> {
         self.session_in(self.inner.runtime.clone())
     }
@@ -173,6 +173,7 @@ impl Store {
             let table = SnapshotTable { snapshot: snap.clone(), table: t, schema: schema::schema_of(t) };
             ctx.register_table(*name, Arc::new(table))?;
         }
+        crate::results::register(self.dir(), &ctx)?;
         Ok(ctx)
     }
 

@@ -7,6 +7,7 @@ mod explore;
 mod ingest;
 mod jaeger_query;
 mod listeners;
+mod live_keep;
 mod params;
 mod reads;
 mod ui;

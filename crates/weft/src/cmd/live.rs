@@ -1,7 +1,8 @@
 //! `weft query` for live sources (`tp('…')`, `tracepoint('…')`, `uprobe(…)` in `FROM`, or
 //! `--live`): deploy the query through the collector's control API, refresh a table of the
 //! latest closed window on the terminal until Ctrl-C or `--duration` (or the query's own
-//! `DURATION`), then remove it. `EXPLAIN …` prints the plan's three levels — planned locally
+//! `DURATION`), then remove it; with `--keep NAME` the collector writes every closed window to
+//! its store as table `live_NAME`. `EXPLAIN …` prints the plan's three levels — planned locally
 //! against this machine's traced processes and tracefs, or by the collector with `--collector`.
 
 use std::io::{IsTerminal, Write};
@@ -18,6 +19,8 @@ pub struct LiveArgs<'a> {
     pub collector: Option<&'a str>,
     pub token: Option<String>,
     pub duration: Option<Duration>,
+    /// Keep the windows in the collector's store as `live_NAME`.
+    pub keep: Option<&'a str>,
 }
 
 /// Does the statement name a live source in `FROM`?
@@ -146,7 +149,12 @@ pub fn run(args: LiveArgs<'_>, out: &mut impl Write) -> anyhow::Result<()> {
     let token = args
         .token
         .context("live queries go through the collector's control API: give --control-token-file FILE (or WEFT_CONTROL_TOKEN)")?;
-    let (status, v) = call("POST", &format!("{base}/api/control/queries"), &token, Some(args.sql))?;
+    let mut submit = format!("{base}/api/control/queries");
+    if let Some(name) = args.keep {
+        weft_store::results::check_name(name).map_err(|e| anyhow::anyhow!("--keep: {e}"))?;
+        submit.push_str(&format!("?keep={name}"));
+    }
+    let (status, v) = call("POST", &submit, &token, Some(args.sql))?;
     match status {
         200 => {
             write!(out, "{}", v["explain"].as_str().unwrap_or_default())?;
@@ -221,6 +229,9 @@ pub fn run(args: LiveArgs<'_>, out: &mut impl Write) -> anyhow::Result<()> {
     let columns = strings(&last["columns"]);
     writeln!(out, "total over {} windows:", last["windows_closed"])?;
     write!(out, "{}", table(&columns, &last["total"]))?;
+    if let Some(name) = args.keep {
+        eprintln!("windows kept in the collector's store: weft query \"SELECT * FROM live_{name}\"");
+    }
     for f in last["failures"].as_array().into_iter().flatten() {
         eprintln!("failure: agent {} pid {}: {}", cell(&f["agent"]), f["pid"], cell(&f["error"]));
     }

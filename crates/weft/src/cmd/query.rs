@@ -1,6 +1,7 @@
 //! `weft query`: SQL over weft's tables — against a running `weft serve` (`--url`, the
 //! default) or a data directory directly (`--data-dir`, read-only: safe next to a running
-//! server) — and live queries over live sources (`FROM tp('…')`, see [`super::live`]).
+//! server), the kept live queries' windows among them (`live_NAME`) — and live queries over
+//! live sources (`FROM tp('…')`, see [`super::live`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -71,6 +72,10 @@ pub struct Args {
     /// Stop a live query after this long (e.g. 30s); default: Ctrl-C or the query's DURATION.
     #[arg(long, value_parser = weft_cli::units::parse_duration)]
     pub duration: Option<std::time::Duration>,
+    /// Keep a live query's windows in the collector's store as table `live_NAME` for later
+    /// SQL (NAME: 1 to 64 of a-z, 0-9, _).
+    #[arg(long, value_name = "NAME")]
+    pub keep: Option<String>,
 }
 
 /// Runs `weft query`.
@@ -96,6 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             collector: explicit_url.as_deref(),
             token,
             duration: args.duration,
+            keep: args.keep.as_deref(),
         };
         return super::live::run(live, &mut out);
     }

@@ -12,7 +12,11 @@
 //! * `weft query` runs a live query to its DURATION and prints the exact total; `weft query
 //!   'EXPLAIN …'` plans against this machine's processes;
 //! * removing the query detaches it in every process of the live agents: each process sees
-//!   its query gone, and collecting it there answers nothing.
+//!   its query gone, and collecting it there answers nothing;
+//! * a query kept under a name (`?keep=NAME`, `weft query --keep NAME`) has its windows in the
+//!   collector's store: SQL over `live_NAME` (the server's SQL API and `weft query --data-dir`)
+//!   returns exactly the windows' rows the results API returned, also after a restart of the
+//!   server; a bad name gets 400 naming it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -237,13 +241,22 @@ pub fn wait_agents(base: &str, agents: &[&str]) {
 
 /// Deploy [`QUERY`] once the collector knows the tracepoint; the results once every expected
 /// event is in closed windows.
-fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents: &[&str]) -> (u64, Value) {
+fn run_query(
+    base: &str,
+    want: &Agg,
+    marker_dir: &Path,
+    processes: usize,
+    agents: &[&str],
+    keep: Option<&str>,
+) -> (u64, Value) {
     wait_for("the agents to report the tracepoint's schema", Duration::from_secs(60), || {
         call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {QUERY}"))).0
             == 200
     });
     wait_agents(base, agents);
-    let (st, v) = call("POST", &format!("{base}/api/control/queries?wait=5s"), Some(TOKEN), Some(QUERY));
+    let keep = keep.map(|k| format!("&keep={k}")).unwrap_or_default();
+    let (st, v) =
+        call("POST", &format!("{base}/api/control/queries?wait=5s{keep}"), Some(TOKEN), Some(QUERY));
     assert_eq!(st, 201, "{v}");
     let id = v["id"].as_u64().expect("query id");
     eprintln!("live query {id}: submit → running per agent (ms): {}", v["started_ms"]);
@@ -273,7 +286,8 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     let tmp = tempfile::tempdir().expect("tmp");
     let marks = tmp.path().join("markers");
     std::fs::create_dir_all(&marks).expect("markers dir");
-    let (_serve, otlp, base) = collector(&tmp.path().join("data"));
+    let data = tmp.path().join("data");
+    let (serve, otlp, base) = collector(&data);
 
     // refused before anything runs: no token, and (below, once schemas are known) bad queries
     let (st, _) = call("POST", &format!("{base}/api/control/queries"), None, Some(QUERY));
@@ -313,7 +327,13 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         assert!(explain.contains(level), "{explain}");
     }
 
-    let (id, res) = run_query(&base, &want, &marks, procs.len(), &["node-a", "node-b", "node-c"]);
+    // a name a result table cannot have: 400 naming it
+    let (st, v) =
+        call("POST", &format!("{base}/api/control/queries?keep=Bad-Name"), Some(TOKEN), Some(QUERY));
+    assert_eq!(st, 400, "{v}");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("\"Bad-Name\"")), "{v}");
+
+    let (id, res) = run_query(&base, &want, &marks, procs.len(), &["node-a", "node-b", "node-c"], None);
     assert_eq!(rows(&res["total"]), want, "cluster result: {res}");
     let mut per_agent = Agg::new();
     for (name, specs) in &nodes {
@@ -383,7 +403,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     std::fs::set_permissions(&solo, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let procs: Vec<Kill> = all.iter().map(|(n, s)| emitter(&solo, &marks2, *n, *s)).collect();
     let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), (&otlp, &base), "solo");
-    let (id, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"]);
+    let (id, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"], Some("solo_run"));
     assert_eq!(rows(&res["total"]), want, "single-agent result: {res}");
     assert_eq!(rows(&res["by_agent"]["solo"]), want, "{res}");
     let (st, v) = call("DELETE", &format!("{base}/api/control/queries/{id}?wait=5s"), Some(TOKEN), None);
@@ -392,6 +412,23 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         markers(&marks2, ".detached").len() == procs.len()
     });
     drop(procs);
+    // its windows, once all closed and written, are the rows of live_solo_run
+    let url = format!("{base}/api/control/queries/{id}/results?windows=600");
+    let mut res = Value::Null;
+    wait_for("every window of the kept query written", Duration::from_secs(30), || {
+        res = call("GET", &url, Some(TOKEN), None).1;
+        res["windows_open"] == 0
+            && res["kept"]["waiting"] == 0
+            && res["kept"]["windows"] == res["windows_closed"]
+    });
+    assert_eq!(
+        (&res["kept"]["table"], &res["kept"]["errors"]),
+        (&Value::from("live_solo_run"), &Value::from(0))
+    );
+    assert_eq!(rows(&res["total"]), want, "{res}");
+    let kept = kept_rows(&res);
+    assert_eq!(kept.iter().map(|r| r[2].as_u64().unwrap_or(0)).sum::<u64>(), total_events(&want));
+    assert_eq!(sql_rows(&base, KEPT_SQL), kept, "live_solo_run holds the windows the results API returned");
 
     // `weft query`: EXPLAIN planned against this machine's processes, and a live query with its
     // own DURATION, whose final total is the one process's aggregate
@@ -409,7 +446,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     let out = String::from_utf8_lossy(&explain(&format!("EXPLAIN {QUERY}")).stdout).into_owned();
     assert!(out.contains("probe level") && out.contains("cluster level"), "{out}");
     let out = Command::new(WEFT)
-        .args(["query", "--collector", &base, "--control-token-file"])
+        .args(["query", "--collector", &base, "--keep", "cli_run", "--control-token-file"])
         .arg(&token_file)
         .arg(format!("{QUERY} DURATION 3s"))
         .env_remove("WEFT_CONTROL_TOKEN")
@@ -430,6 +467,62 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         })
         .collect();
     assert_eq!(total, expected(&[(40, 9)]), "{text}");
+    // … and kept by `--keep`: its windows add up to the same total
+    let by_kind =
+        "SELECT kind, sum(count), sum(sum_len), min(min_len), max(max_len) FROM live_cli_run GROUP BY kind";
+    wait_for("the CLI's kept windows", Duration::from_secs(30), || {
+        let got: Agg = sql_rows(&base, by_kind)
+            .iter()
+            .map(|r| {
+                let i = |k: usize| r[k].as_i64().unwrap_or(-1);
+                (r[0].as_str().unwrap_or_default().to_string(), (i(1) as u64, i(2), i(3), i(4)))
+            })
+            .collect();
+        got == expected(&[(40, 9)])
+    });
+
+    // the kept rows survive a restart of the server, and the embedded path reads them too
+    drop(serve);
+    let (_serve, _, base) = collector(&data);
+    assert_eq!(sql_rows(&base, KEPT_SQL), kept, "after a restart");
+    let out = Command::new(WEFT)
+        .args(["query", "--format", "json", "--data-dir"])
+        .arg(&data)
+        .arg(KEPT_SQL)
+        .output()
+        .expect("weft query --data-dir");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["rows"].as_array().cloned().unwrap_or_default(), kept, "weft query --data-dir");
+}
+
+/// A kept [`QUERY`]'s rows, in [`kept_rows`]' order.
+const KEPT_SQL: &str = "SELECT arrow_cast(window_start, 'Int64'), kind, count, sum_len, min_len, max_len, \
+     agents_contributing, agents_missing FROM live_solo_run ORDER BY 1, 2";
+
+/// The windows of a results answer as [`KEPT_SQL`]'s rows: start, the row's cells, agents
+/// contributing and missing.
+fn kept_rows(res: &Value) -> Vec<Value> {
+    let mut windows: Vec<&Value> = res["windows"].as_array().expect("windows").iter().collect();
+    windows.sort_by_key(|w| w["start_ns"].as_u64());
+    let mut out = Vec::new();
+    for w in windows {
+        let n = |k: &str| Value::from(w[k].as_array().map_or(0, Vec::len));
+        for r in w["result"]["rows"].as_array().expect("rows") {
+            let mut row = vec![w["start_ns"].clone()];
+            row.extend(r.as_array().expect("row").iter().cloned());
+            row.extend([n("agents"), n("missing")]);
+            out.push(Value::Array(row));
+        }
+    }
+    out
+}
+
+/// The rows of `sql` through the server's SQL API.
+fn sql_rows(base: &str, sql: &str) -> Vec<Value> {
+    let (st, v) = call("POST", &format!("{base}/api/sql?format=json"), None, Some(sql));
+    assert_eq!(st, 200, "{sql}: {v}");
+    v["rows"].as_array().cloned().unwrap_or_default()
 }
 
 /// Pivot Tracing's happened-before join on archipelago, live: the collector deploys the
