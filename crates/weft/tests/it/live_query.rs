@@ -25,8 +25,8 @@ use crate::agent::{http, wait_for};
 
 const TOKEN: &str = "live-s3cret";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
-const KINDS: [&str; 3] = ["read", "write", "sync"];
-const QUERY: &str =
+pub(crate) const KINDS: [&str; 3] = ["read", "write", "sync"];
+pub(crate) const QUERY: &str =
     "SELECT kind, count(*), sum(len), min(len), max(len) FROM tp('livetest.op') GROUP BY kind INTERVAL 1s";
 
 weft_probe::tracepoint!(static OP = "livetest.op", Debug, fields = [kind: str, len: u64]);
@@ -68,7 +68,7 @@ fn emitter_role() {
     std::process::exit(0);
 }
 
-struct Kill(Child);
+pub(crate) struct Kill(Child);
 
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -77,7 +77,7 @@ impl Drop for Kill {
     }
 }
 
-fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
+pub(crate) fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
     let exe = std::env::current_exe().expect("test binary");
     Kill(
         Command::new(exe)
@@ -116,7 +116,14 @@ fn collector(data: &Path) -> (Kill, String, String) {
     (Kill(child), format!("http://127.0.0.1:{port}"), base)
 }
 
-fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str) -> Kill {
+/// `weft agent` over `probe_dir`, shipping to `otlp`, in the control exchange of `base` with `token`.
+pub(crate) fn agent(
+    probe_dir: &Path,
+    spool: &Path,
+    (otlp, base): (&str, &str),
+    name: &str,
+    token: &str,
+) -> Kill {
     Kill(
         Command::new(WEFT)
             .arg("agent")
@@ -124,7 +131,7 @@ fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str)
             .arg(probe_dir)
             .arg("--spool-dir")
             .arg(spool)
-            .args(["--collector", otlp, "--control-url", base, "--control-token", TOKEN])
+            .args(["--collector", otlp, "--control-url", base, "--control-token", token])
             .args(["--name", name, "--linger", "0s"])
             .args(["--metrics", &format!("127.0.0.1:{}", weft_testkit::free_port())])
             .env("WEFT_LOG", "warn")
@@ -135,7 +142,7 @@ fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str)
     )
 }
 
-fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+pub(crate) fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
     let h = http();
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut r = match (method, body) {
@@ -209,7 +216,7 @@ fn total_events(a: &Agg) -> u64 {
     a.values().map(|v| v.0).sum()
 }
 
-fn markers(dir: &Path, suffix: &str) -> Vec<String> {
+pub(crate) fn markers(dir: &Path, suffix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(Result::ok)
@@ -285,7 +292,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         for (n, seed) in specs {
             procs.push(emitter(&dir, &marks, *n, *seed));
         }
-        agents.push(agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name));
+        agents.push(agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name, TOKEN));
     }
     let all: Vec<(u64, u64)> = nodes.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     let want = expected(&all);
@@ -377,7 +384,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     std::fs::create_dir_all(&solo).expect("probe dir");
     std::fs::set_permissions(&solo, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let procs: Vec<Kill> = all.iter().map(|(n, s)| emitter(&solo, &marks2, *n, *s)).collect();
-    let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), (&otlp, &base), "solo");
+    let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), (&otlp, &base), "solo", TOKEN);
     let (id, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"]);
     assert_eq!(rows(&res["total"]), want, "single-agent result: {res}");
     assert_eq!(rows(&res["by_agent"]["solo"]), want, "{res}");

@@ -477,6 +477,53 @@ try {
   await shot('18-big-trace-find');
   ok('100,000-span trace opens, scrolls, collapses');
 
+  // 11. Live queries: start one with the control token, watch its windows fill, stop it.
+  step = 'live query';
+  await go('#/live');
+  check((await page.locator('nav a.active[data-nav="live"]').count()) === 1, 'Live is the active nav entry');
+  await page.fill('input.token', cfg.live.token);
+  await page.fill('#live-input', cfg.live.query);
+  await page.click('#live-start');
+  await page.waitForSelector('.live-head[data-state="running"]');
+  check(/[?&]id=\d+/.test(page.url()), 'the watched query is in the URL');
+  await page.waitForSelector(`.live-total[data-events="${cfg.live.events}"]`, { timeout: 60000 });
+  const liveTotal = await page.$$eval('.live-total tbody tr', (rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
+  const perKind = cfg.live.events / cfg.live.kinds.length;
+  for (const k of cfg.live.kinds) {
+    const row = liveTotal.find((r) => r[0] === k);
+    check(row && row[1] === String(perKind), `total row for ${k}: ${JSON.stringify(liveTotal)}`);
+  }
+  // the total counts partials as they arrive; their windows close a grace period later
+  await page.waitForSelector('.live-window[data-events]:not([data-events="0"])');
+  check((await page.locator(`.live-agents .chip[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent and its state shown');
+  await shot('21-live-query');
+  await page.click('.live-stop');
+  await page.waitForSelector('.live-head[data-state="removed"]');
+  await page.click('#live-refresh');
+  await page.waitForSelector('table.live-queries tbody tr');
+  ok(`live query: started, ${cfg.live.events} events over ${cfg.live.kinds.length} groups in its windows, stopped`);
+
+  // 12. Capture: from a trace's SERVER span, then from a service chosen in the search form.
+  step = 'capture';
+  await go(`#/trace/${cfg.capture.trace}?span=${cfg.capture.span}`);
+  const box = page.locator(`aside.detail section.capture[data-service="${cfg.capture.service}"]`);
+  await box.waitFor();
+  await box.locator('.cap-period').fill('300');
+  await box.locator('input.token').fill(cfg.live.token);
+  await box.locator('button.cap-go').click();
+  await box.locator('.cap-state[data-state="complete"]').waitFor({ timeout: 60000 });
+  check((await box.locator(`.cap-results tr[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent\'s outcome shown');
+  await shot('22-capture-span');
+  await go('#/search');
+  await page.waitForSelector(`#search-form select[name="service"] option[value="${cfg.capture.service}"]`, { state: 'attached' });
+  await page.selectOption('#search-form select[name="service"]', cfg.capture.service);
+  await page.click('#svc-capture');
+  const sbox = page.locator(`.svc-capture-slot section.capture[data-service="${cfg.capture.service}"]`);
+  await sbox.locator('button.cap-go').click();
+  await sbox.locator('.cap-state[data-state="complete"]').waitFor({ timeout: 60000 });
+  await shot('23-capture-service');
+  ok(`capture: ${cfg.capture.service} from its SERVER span and from the search form, each answered by ${cfg.live.agent}`);
+
   check(consoleErrors.length === 0, `browser console errors: ${consoleErrors.join(' | ')}`);
   ok('no console errors');
   await browser.close();
