@@ -493,8 +493,6 @@ try {
     const row = liveTotal.find((r) => r[0] === k);
     check(row && row[1] === String(perKind), `total row for ${k}: ${JSON.stringify(liveTotal)}`);
   }
-  // the total counts partials as they arrive; their windows close a grace period later
-  await page.waitForSelector('.live-window[data-events]:not([data-events="0"])');
   check((await page.locator(`.live-agents .chip[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent and its state shown');
   await shot('21-live-query');
   await page.click('.live-stop');
