@@ -251,7 +251,10 @@ impl Agent {
                 let node = crate::live::LiveNode::new(
                     &cfg.name,
                     &cfg.host,
-                    vec![Box::new(crate::live::InProcess::new(&cfg.probe_dir, cfg.control_wait))],
+                    vec![
+                        Box::new(crate::live::InProcess::new(&cfg.probe_dir, cfg.control_wait)),
+                        Box::new(crate::ebpf::Kernel::new()),
+                    ],
                     metrics.clone(),
                 );
                 let (s, c) = (stop.clone(), link.collector.clone());
@@ -261,7 +264,8 @@ impl Agent {
                 let executor = crate::capture::remote::Executor {
                     engine: crate::capture::engine::Engine::new(crate::capture::alloc::Allocator::new(
                         crate::capture::alloc::AllocConfig::default(),
-                    )?),
+                    )?)
+                    .with_probe_dir(&cfg.probe_dir),
                     tap: tap.clone(),
                     spool: spool.clone(),
                     agent: cfg.name.clone(),

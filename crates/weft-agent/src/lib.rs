@@ -7,7 +7,7 @@
 //! the spans to the collector (`weft serve`) through a bounded on-disk spool; it reports the processes' buffer
 //! occupancy and drops, and switches their tracepoints on request — from `weft probes` over a
 //! local socket or from the collector's control API — runs the collector's live queries in the
-//! processes (shipping merged partial results), and runs EXIST's bounded captures of a service's
+//! processes and in the kernel (shipping merged partial results), and runs EXIST's bounded captures of a service's
 //! function calls on the collector's request.
 //!
 //! * [`agent`]: [`Agent::start`] and the drain loop (discovery, draining, process death,
@@ -23,7 +23,8 @@
 //! * [`collector`]: the loops of congestion reports and the control-command long poll (over
 //!   [`weft_control::client::Collector`]).
 //! * [`live`]: live queries at the machine level — install the collector's plans in the
-//!   probe level ([`live::ProbeLevel`]; built: weft-probe tracepoints in the traced processes),
+//!   probe level ([`live::ProbeLevel`]: weft-probe tracepoints in the traced processes, and
+//!   [`ebpf`]: kernel tracepoints and uprobes through weft-bpf, read and reset per window),
 //!   collect and merge their partials every interval, ship one partial per query and window.
 //! * [`metrics`]: counters, per-process figures, Prometheus text.
 //! * [`capture`]: EXIST's on-demand bounded captures — the usage-aware allocator of per-core
@@ -47,6 +48,7 @@ pub mod capture;
 pub mod cli;
 pub mod collector;
 pub mod control;
+pub mod ebpf;
 pub mod live;
 pub mod lttng;
 pub mod metrics;

@@ -6,8 +6,8 @@
 //! A probe level is a [`ProbeLevel`]: install a deployed plan (all or nothing on the node),
 //! collect a query's merged partial, remove it, and pick up processes that appeared. The one
 //! built here is [`InProcess`] (weft-probe tracepoints, through each process's segment
-//! mailbox, [`weft_probe::mailbox`]); an eBPF level for kernel tracepoints and uprobes plugs in
-//! beside it through the same trait.
+//! mailbox, [`weft_probe::mailbox`]); kernel tracepoints and uprobes run in
+//! [`crate::ebpf::Kernel`] (weft-bpf) beside it.
 //!
 //! Windows are aligned on the wall clock (`start = now - now % interval`); a partial collected
 //! at a boundary is the window that just ended. Bounded: at most [`MAX_PENDING_REPORTS`]
@@ -136,9 +136,9 @@ impl InProcess {
 }
 
 impl ProbeLevel for InProcess {
-    fn accepts(&self, _q: &QueryDeploy) -> bool {
-        // the deploy message carries weft-probe plans only
-        true
+    fn accepts(&self, q: &QueryDeploy) -> bool {
+        // no kernel source: the plan names a weft-probe tracepoint
+        q.source.is_none()
     }
 
     fn install(&mut self, q: &QueryDeploy) -> Result<(), LiveFailure> {
@@ -521,8 +521,15 @@ mod tests {
             keys: Vec::new(),
             aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
             capacity: 16,
+            carry: Vec::new(),
         };
-        QueryDeploy { query, plan: WirePlan::from(&plan), interval_ms: 60_000, duration_ms: None }
+        QueryDeploy {
+            query,
+            plan: WirePlan::from(&plan),
+            interval_ms: 60_000,
+            duration_ms: None,
+            source: None,
+        }
     }
 
     fn node(level: &Counting) -> LiveNode {

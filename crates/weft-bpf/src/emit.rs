@@ -17,7 +17,7 @@ use weft_sources::perf::format::{FieldKind, Format};
 use weft_sources::perf::uprobe::{UprobeTarget, address_offset};
 
 use crate::Error;
-use crate::insn::{Alu, Asm, Code, FP, Helper, Jmp, Label, R0, R1, R2, R3, R6, R7, R9, Reg, Size};
+use crate::insn::{Alu, Asm, Code, FP, Helper, Jmp, Label, R0, R1, R2, R3, R6, R7, R8, R9, Reg, Size};
 use crate::query::{Agg, Cmp, Const, Filter, HIST_BUCKETS, Location, Query, Source, Value};
 use crate::sys::{MapType, ProgType};
 
@@ -25,17 +25,20 @@ use crate::sys::{MapType, ProgType};
 pub const GROUPS: usize = 0;
 pub const DROPS: usize = 1;
 pub const ZERO: usize = 2;
-pub const STARTS: usize = 3;
+/// The generation the programs write to (0 or 1; see [`crate::Probe::take`]).
+pub const GEN: usize = 3;
+pub const STARTS: usize = 4;
 
 /// Most bytes of one group's per-CPU state (the kernel's per-CPU allocation unit).
 pub const MAX_STATE_BYTES: usize = 32 << 10;
 /// Entries of a uretprobe's thread → entry-time map.
 pub const MAX_THREADS: u32 = 16384;
 
-const KEY_OFF: i16 = -64;
-const COMM_OFF: i16 = -80;
-const TID_OFF: i16 = -88;
-const SCRATCH_OFF: i16 = -96;
+/// The key: the generation word, then up to `MAX_KEY_WORDS` words.
+const KEY_OFF: i16 = -72;
+const COMM_OFF: i16 = -88;
+const TID_OFF: i16 = -96;
+const SCRATCH_OFF: i16 = -104;
 /// `BPF_NOEXIST` for `bpf_map_update_elem`.
 const NOEXIST: i32 = 1;
 
@@ -261,9 +264,10 @@ pub fn compile(q: &Query) -> Result<Compiled, Error> {
             MapSpec {
                 name: "weft_groups".into(),
                 ty: MapType::PerCpuHash,
-                key_size: layout.key_bytes() as u32,
+                // the generation word, then the key; room for both generations' groups
+                key_size: 8 + layout.key_bytes() as u32,
                 value_size,
-                max_entries: q.max_groups,
+                max_entries: q.max_groups.saturating_mul(2),
             }
         } else {
             MapSpec {
@@ -271,7 +275,7 @@ pub fn compile(q: &Query) -> Result<Compiled, Error> {
                 ty: MapType::PerCpuArray,
                 key_size: 4,
                 value_size,
-                max_entries: 1,
+                max_entries: 2, // one state per generation
             }
         },
         MapSpec {
@@ -279,10 +283,11 @@ pub fn compile(q: &Query) -> Result<Compiled, Error> {
             ty: MapType::PerCpuArray,
             key_size: 4,
             value_size: 8,
-            max_entries: 1,
+            max_entries: 2,
         },
         // The zeroed template a new group starts from (too big for the 512-byte stack).
         MapSpec { name: "weft_zero".into(), ty: MapType::Array, key_size: 4, value_size, max_entries: 1 },
+        MapSpec { name: "weft_gen".into(), ty: MapType::Array, key_size: 4, value_size: 8, max_entries: 1 },
     ];
     let latency = q.aggs.iter().filter_map(Agg::value).chain(q.keys.iter()).any(|v| *v == Value::Latency)
         || q.filter.as_ref().is_some_and(|f| f.values().contains(&&Value::Latency));
@@ -438,14 +443,29 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// Adds one to this CPU's drop counter, then goes to `out`.
-    fn drop_hit(&mut self, out: Label) {
+    /// The element of array `map` whose index is at `FP+SCRATCH_OFF` into R0; to `out` if
+    /// there is none.
+    fn array_slot(&mut self, map: usize, out: Label) {
         let a = &mut self.a;
-        a.st(Size::W, FP, SCRATCH_OFF, 0);
-        a.ld_map(R1, DROPS);
+        a.ld_map(R1, map);
         a.stack_ptr(R2, SCRATCH_OFF);
         a.call(Helper::MapLookupElem);
         a.jmp_imm(Jmp::Eq, R0, 0, out);
+    }
+
+    /// The generation (0 or 1) into R8; to `out` if the map cannot be read (it always can).
+    fn load_gen(&mut self, out: Label) {
+        self.a.st(Size::W, FP, SCRATCH_OFF, 0);
+        self.array_slot(GEN, out);
+        self.a.ldx(Size::DW, R8, R0, 0);
+        self.a.alu_imm(Alu::And, R8, 1);
+    }
+
+    /// Adds one to this CPU's drop counter of the generation in R8, then goes to `out`.
+    fn drop_hit(&mut self, out: Label) {
+        self.a.stx(Size::W, FP, SCRATCH_OFF, R8);
+        self.array_slot(DROPS, out);
+        let a = &mut self.a;
         a.ldx(Size::DW, R1, R0, 0);
         a.alu_imm(Alu::Add, R1, 1);
         a.stx(Size::DW, R0, 0, R1);
@@ -547,6 +567,7 @@ fn entry_program(site: &Site, filter: Option<&Filter>) -> Result<Code, Error> {
     let mut g = Gen { a: Asm::new(), site };
     let out = g.a.label();
     g.a.mov(R6, R1);
+    g.load_gen(out);
     g.filter(filter, out)?;
     let a = &mut g.a;
     a.call(Helper::GetCurrentPidTgid);
@@ -570,6 +591,7 @@ fn main_program(site: &Site, q: &Query, layout: &Layout, keyed: bool, latency: b
     let mut g = Gen { a: Asm::new(), site };
     let out = g.a.label();
     g.a.mov(R6, R1);
+    g.load_gen(out);
     if latency {
         let a = &mut g.a;
         a.call(Helper::GetCurrentPidTgid);
@@ -589,7 +611,8 @@ fn main_program(site: &Site, q: &Query, layout: &Layout, keyed: bool, latency: b
     g.filter(q.filter.as_ref(), out)?;
     // The group key.
     if keyed {
-        let mut at = KEY_OFF;
+        g.a.stx(Size::DW, FP, KEY_OFF, R8);
+        let mut at = KEY_OFF + 8;
         for k in &q.keys {
             let op = site.operand(k)?;
             if op == Operand::Comm {
@@ -602,7 +625,7 @@ fn main_program(site: &Site, q: &Query, layout: &Layout, keyed: bool, latency: b
             }
         }
     } else {
-        g.a.st(Size::W, FP, KEY_OFF, 0);
+        g.a.stx(Size::W, FP, KEY_OFF, R8);
     }
     // The group's state: look it up, else insert the zeroed template and look again.
     let have = g.a.label();

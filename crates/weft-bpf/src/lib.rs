@@ -7,7 +7,9 @@
 //! emitter ([`insn`]), [`Probe::attach`] creates the maps, loads the programs with `bpf(2)`
 //! and attaches them through `perf_event_open(2)` ([`weft_sources::perf`]: tracefs formats
 //! give field offsets, ELF symbol tables give uprobe offsets). [`Probe::read`] merges the
-//! per-CPU values of every group into one [`Partial`]; dropping the [`Probe`] detaches the
+//! per-CPU values of every group into one [`Partial`]; [`Probe::take`] reads and resets (per
+//! window: the programs write to one of two generations, switched before the old one is read
+//! and deleted, so no hit is lost or counted twice); dropping the [`Probe`] detaches the
 //! programs and frees every map and fd.
 //!
 //! * Maps: a per-CPU hash (group key → state), or a per-CPU array when there is no key; a

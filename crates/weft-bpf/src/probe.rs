@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use weft_sources::perf::record::Layout as RecordLayout;
 use weft_sources::perf::sys::{EventOptions, EventSpec, PerfFd, uprobe_pmu};
 
-use crate::emit::{Attach, Compiled, DROPS, GROUPS, KeyKind, Layout};
+use crate::emit::{Attach, Compiled, DROPS, GEN, GROUPS, KeyKind, Layout};
 use crate::query::Agg;
 use crate::sys::{Map, load_program, possible_cpus};
 use crate::{Error, Query};
@@ -46,12 +46,18 @@ struct Link {
     _prog: OwnedFd,
 }
 
+/// How long [`Probe::take`] waits after switching generations, for programs that read the
+/// old one to finish (they run without sleeping, for microseconds at most).
+pub const GRACE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Attached programs and their maps. Dropping it detaches every program, then frees the maps.
 pub struct Probe {
     links: Vec<Link>,
     maps: Vec<Map>,
     layout: Layout,
     ncpus: usize,
+    /// The generation the programs write to.
+    generation: u64,
 }
 
 impl std::fmt::Debug for Probe {
@@ -120,30 +126,77 @@ impl Probe {
             tracing::debug!(program = %p.name, %what, insns = insns.len(), "attached");
             links.push(Link { _event: event, _prog: prog });
         }
-        Ok(Probe { links, maps, layout: c.layout, ncpus })
+        Ok(Probe { links, maps, layout: c.layout, ncpus, generation: 0 })
     }
 
-    /// Every group's state, merged over CPUs, and the drop count.
+    /// Every group's state since the probe was attached (or last [`Probe::take`]n), merged
+    /// over CPUs, and the drop count. Nothing is reset.
     pub fn read(&self) -> Result<Partial, Error> {
+        let mut out = Partial::default();
+        for g in 0..2 {
+            self.read_generation(g, false, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Read and reset: what was counted since the last take (or the attach), with nothing
+    /// lost or counted twice. The programs write to one of two generations (a word in every
+    /// group key and an index of the unkeyed state and the drop counter): this switches them
+    /// to the other, waits [`GRACE`] for hits under way, then reads the old generation and
+    /// deletes (or zeroes) it.
+    pub fn take(&mut self) -> Result<Partial, Error> {
+        let old = self.generation;
+        let new = old ^ 1;
+        self.maps[GEN].update(&0u32.to_ne_bytes(), &new.to_ne_bytes())?;
+        self.generation = new;
+        std::thread::sleep(GRACE);
+        let mut out = Partial::default();
+        self.read_generation(old, true, &mut out)?;
+        Ok(out)
+    }
+
+    /// Merges generation `g` into `out`; `reset` deletes its groups and zeroes its counters.
+    fn read_generation(&self, g: u64, reset: bool, out: &mut Partial) -> Result<(), Error> {
         let groups = &self.maps[GROUPS];
         let mut buf = vec![0u8; groups.lookup_len(self.ncpus)];
         let stride = (groups.value_size as usize).div_ceil(8) * 8;
-        let mut out = Partial::default();
-        for key in groups.keys()? {
+        let keyed = !self.layout.keys.is_empty();
+        let keys = if keyed {
+            groups.keys()?.into_iter().filter(|k| k.len() >= 8 && word(&k[..8]) == g).collect()
+        } else {
+            vec![(g as u32).to_ne_bytes().to_vec()]
+        };
+        for key in keys {
             if !groups.lookup(&key, &mut buf)? {
                 continue; // deleted meanwhile
             }
-            let parts =
-                if self.layout.keys.is_empty() { Vec::new() } else { decode_key(&self.layout.keys, &key) };
+            let parts = if keyed { decode_key(&self.layout.keys, &key[8..]) } else { Vec::new() };
             let states = self.merge_cpus(&buf, stride);
-            out.groups.insert(parts, states);
+            if reset {
+                if keyed {
+                    groups.delete(&key)?;
+                } else {
+                    groups.update(&key, &vec![0u8; buf.len()])?;
+                }
+            }
+            match out.groups.get_mut(&parts) {
+                Some(have) => have.iter_mut().zip(states).for_each(|(a, b)| a.merge(b)),
+                None => {
+                    out.groups.insert(parts, states);
+                }
+            }
         }
         let drops = &self.maps[DROPS];
         let mut d = vec![0u8; drops.lookup_len(self.ncpus)];
-        if drops.lookup(&0u32.to_ne_bytes(), &mut d)? {
-            out.drops = d.chunks_exact(8).map(word).fold(0u64, |a, b| a.wrapping_add(b));
+        let key = (g as u32).to_ne_bytes();
+        if drops.lookup(&key, &mut d)? {
+            out.drops =
+                out.drops.wrapping_add(d.chunks_exact(8).map(word).fold(0u64, |a, b| a.wrapping_add(b)));
+            if reset {
+                drops.update(&key, &vec![0u8; d.len()])?;
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn merge_cpus(&self, buf: &[u8], stride: usize) -> Vec<State> {
@@ -172,6 +225,25 @@ impl Probe {
     /// Detaches every program and frees every map (what dropping the probe does).
     pub fn detach(self) {
         drop(self);
+    }
+}
+
+impl State {
+    /// Adds `other` (the same aggregate) into `self`.
+    pub fn merge(&mut self, other: State) {
+        match (self, other) {
+            (State::Count(a), State::Count(b)) => *a = a.wrapping_add(b),
+            (State::Sum(a), State::Sum(b)) => *a = a.wrapping_add(b),
+            (State::Min(a), State::Min(b)) => *a = a.iter().copied().chain(b).min(),
+            (State::Max(a), State::Max(b)) => *a = a.iter().copied().chain(b).max(),
+            (State::Buckets(a), State::Buckets(b)) => {
+                for (i, n) in b {
+                    *a.entry(i).or_default() += n;
+                }
+            }
+            // the same layout gives the same variants
+            _ => {}
+        }
     }
 }
 

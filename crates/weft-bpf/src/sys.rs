@@ -1,5 +1,5 @@
 //! The thin safe layer over `bpf(2)`: create maps, load programs (with the verifier's log on
-//! refusal), look up, iterate and delete map elements. Every object is an [`OwnedFd`]: closing
+//! refusal), look up, update, iterate and delete map elements. Every object is an [`OwnedFd`]: closing
 //! the last fd frees it in the kernel.
 
 use std::io;
@@ -12,6 +12,7 @@ use crate::insn::Insn;
 // Commands (enum bpf_cmd).
 const MAP_CREATE: i32 = 0;
 const MAP_LOOKUP_ELEM: i32 = 1;
+const MAP_UPDATE_ELEM: i32 = 2;
 const MAP_DELETE_ELEM: i32 = 3;
 const MAP_GET_NEXT_KEY: i32 = 4;
 const PROG_LOAD: i32 = 5;
@@ -217,6 +218,25 @@ impl Map {
             out.push(next.clone());
             cur = Some(next);
         }
+    }
+
+    /// Sets `key` to `value` (for per-CPU maps, `lookup_len` bytes: every CPU's value).
+    pub fn update(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        if key.len() != self.key_size as usize {
+            return Err(Error::Internal(format!("map {}: key of {} bytes", self.name, key.len())));
+        }
+        let mut a = ElemAttr {
+            map_fd: self.fd.as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value_or_next_key: value.as_ptr() as u64,
+            ..Default::default()
+        };
+        bpf(MAP_UPDATE_ELEM, &mut a).map(|_| ()).map_err(|source| Error::Bpf {
+            op: "BPF_MAP_UPDATE_ELEM",
+            what: format!("map {}", self.name),
+            hint: "",
+            source,
+        })
     }
 
     /// Deletes `key` (absent keys are not an error).

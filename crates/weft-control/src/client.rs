@@ -3,7 +3,8 @@
 //! bearer token) and exchange live queries' plans and partials (`POST /api/control/live`); tools
 //! submit probe commands (`POST /api/control/probes`) and read the agents' reports
 //! (`GET /api/control/agents`); `weft explore` stores its hypothesis forest there
-//! (`PUT /api/control/explore/forest`). Spans do not travel here: they go to the collector's
+//! (`PUT /api/control/explore/forest`); `weft exist plan` asks for EXIST's profiling rounds
+//! (`POST /api/control/exist/plan`). Spans do not travel here: they go to the collector's
 //! OTLP receiver.
 
 use std::time::Duration;
@@ -26,6 +27,10 @@ pub const AGENTS_ROUTE: &str = "/api/control/agents";
 /// Route where `weft explore` stores its hypothesis forest at the collector (`PUT`, bearer
 /// token).
 pub const FOREST_ROUTE: &str = "/api/control/explore/forest";
+
+/// Route of EXIST's profiling rounds (bearer token): the coverage optimizer's plan over the
+/// replicas the agents report, and its captures dispatched.
+pub const EXIST_PLAN_ROUTE: &str = "/api/control/exist/plan";
 
 /// Largest poll, command or agents answer read, in bytes.
 const MAX_POLL_ANSWER: u64 = 16 << 20;
@@ -51,6 +56,19 @@ pub enum ClientError {
     Answer { route: &'static str, detail: String },
     #[error("{route} refused (HTTP {status}): {message}")]
     Refused { route: &'static str, status: u16, message: String },
+}
+
+/// The body of a profiling round's request (`POST /api/control/exist/plan`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct PlanRequest {
+    /// The spatial sampler's seed (default: the round number).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Globs of the functions captured (default: every function of each target's executable).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<String>,
+    /// Plan only; dispatch nothing.
+    pub dry_run: bool,
 }
 
 /// The collector's answer to a probe command: its results so far.
@@ -162,6 +180,16 @@ impl Collector {
     pub fn agents(&self) -> Result<Vec<AgentStatus>, ClientError> {
         let r = self.send(AGENTS_ROUTE, "", None::<&()>, REPORT_TIMEOUT)?;
         read_json(AGENTS_ROUTE, r)
+    }
+
+    /// Ask EXIST's coverage optimizer for a profiling round and wait up to `wait` (the
+    /// collector caps it) for its captures' outcomes; the answer is the collector's JSON (the
+    /// round, its plan, skipped services and why, the captures and the merged profiles).
+    pub fn exist_plan(&self, req: &PlanRequest, wait: Duration) -> Result<serde_json::Value, ClientError> {
+        let route = EXIST_PLAN_ROUTE;
+        let query = if wait.is_zero() { String::new() } else { format!("?wait={}ms", wait.as_millis()) };
+        let r = self.send(route, &query, Some(req), wait + POLL_SLACK)?;
+        read_json(route, r)
     }
 
     /// Store `weft explore`'s hypothesis forest (its JSON) at the collector, replacing the one

@@ -32,6 +32,20 @@ pub struct QueryDeploy {
     pub interval_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
+    /// A kernel source (run by the agent's eBPF level); absent: the plan's `tracepoint` is a
+    /// weft-probe tracepoint of the node's processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<WireSource>,
+}
+
+/// A source in the kernel: a tracepoint (`"sched:sched_switch"`) or a uprobe/uretprobe on a
+/// binary's symbol (or address, `"0x4a3f0"`). The plan's fields are the tracepoint's, or
+/// `arg0`-`arg5`, `retval` and `latency` at uprobes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum WireSource {
+    Tracepoint(String),
+    Uprobe { binary: String, symbol: String, ret: bool },
 }
 
 /// `weft_probe::query::Plan` on the wire.
@@ -43,14 +57,20 @@ pub struct WirePlan {
     pub keys: Vec<WireOperand>,
     pub aggs: Vec<WireAgg>,
     pub capacity: usize,
+    /// Baggage member and the operand whose value an event that passes the filter packs into
+    /// it (the upstream half of a happened-before join).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub carry: Vec<(String, WireOperand)>,
 }
 
-/// A field (`{"field": "len"}`) or a context column (`{"ctx": "pid"}`).
+/// A field (`{"field": "len"}`), a context column (`{"ctx": "pid"}`) or a member of the
+/// request's baggage (`{"baggage": "gateway.client"}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum WireOperand {
     Field(String),
     Ctx(String),
+    Baggage(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,6 +116,7 @@ fn operand_to(o: &Operand) -> WireOperand {
     match o {
         Operand::Field(f) => WireOperand::Field(f.clone()),
         Operand::Ctx(c) => WireOperand::Ctx(c.name().to_string()),
+        Operand::Baggage(k) => WireOperand::Baggage(k.clone()),
     }
 }
 
@@ -105,6 +126,7 @@ fn operand_from(o: &WireOperand, field: &str) -> Result<Operand, LiveError> {
         WireOperand::Ctx(c) => {
             Operand::Ctx(Ctx::parse(c).ok_or_else(|| bad(field, format!("unknown context column {c:?}")))?)
         }
+        WireOperand::Baggage(k) => Operand::Baggage(k.clone()),
     })
 }
 
@@ -175,6 +197,7 @@ impl From<&Plan> for WirePlan {
                 })
                 .collect(),
             capacity: p.capacity,
+            carry: p.carry.iter().map(|(k, o)| (k.clone(), operand_to(o))).collect(),
         }
     }
 }
@@ -214,6 +237,11 @@ impl WirePlan {
             keys,
             aggs,
             capacity: self.capacity,
+            carry: self
+                .carry
+                .iter()
+                .map(|(k, o)| Ok((k.clone(), operand_from(o, "plan.carry")?)))
+                .collect::<Result<_, LiveError>>()?,
         })
     }
 }
@@ -310,7 +338,11 @@ mod tests {
                     Box::new(Filter::Cmp(Operand::Field("lat".into()), CmpOp::Lt, Const::Float(-1.5))),
                 )))),
             ),
-            keys: vec![Operand::Field("path".into()), Operand::Ctx(Ctx::Pid)],
+            keys: vec![
+                Operand::Field("path".into()),
+                Operand::Ctx(Ctx::Pid),
+                Operand::Baggage("gateway.client".into()),
+            ],
             aggs: vec![
                 AggSpec { kind: AggKind::Count, input: None },
                 AggSpec { kind: AggKind::Sum, input: Some(Operand::Field("len".into())) },
@@ -321,6 +353,7 @@ mod tests {
                 AggSpec { kind: AggKind::Quantile(0.99), input: Some(Operand::Field("lat".into())) },
             ],
             capacity: 2048,
+            carry: vec![("blocker.path".into(), Operand::Field("path".into()))],
         }
     }
 
@@ -331,11 +364,22 @@ mod tests {
             plan: WirePlan::from(&plan()),
             interval_ms: 1000,
             duration_ms: Some(5000),
+            source: None,
         };
         let json = serde_json::to_string(&d).unwrap();
+        assert!(!json.contains("source"), "a weft-probe plan carries no source: {json}");
         let back: QueryDeploy = serde_json::from_str(&json).unwrap();
         assert_eq!(back, d);
         assert_eq!(back.plan.to_plan().unwrap(), plan());
+        let source =
+            WireSource::Uprobe { binary: "/usr/bin/redis-server".into(), symbol: "call".into(), ret: true };
+        let k = QueryDeploy { source: Some(source), ..d };
+        let json = serde_json::to_string(&k).unwrap();
+        assert!(
+            json.contains(r#""uprobe":{"binary":"/usr/bin/redis-server","symbol":"call","ret":true}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<QueryDeploy>(&json).unwrap(), k);
     }
 
     #[test]

@@ -245,6 +245,10 @@ pub struct CaptureCommand {
     /// Accept a period outside 100..=2000 ms.
     #[serde(default)]
     pub force: bool,
+    /// The target's weft-probe tracepoints switched on for the period: selectors (`all`, a
+    /// name, a glob, `group:G`, `level:L`); the enabled set is restored at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tracepoints: Vec<String>,
     /// Collector only: only agents whose name matches this glob.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
@@ -299,6 +303,12 @@ impl CaptureCommand {
         if self.functions.len() > 256 || self.functions.iter().any(|f| f.is_empty() || f.len() > 256) {
             return Err(field("functions", "at most 256 globs of 1..=256 bytes"));
         }
+        if self.tracepoints.len() > 256 {
+            return Err(field("tracepoints", "at most 256 selectors"));
+        }
+        for t in &self.tracepoints {
+            Selector::parse(t).map_err(|e| field("tracepoints", &format!("{t:?}: {e}")))?;
+        }
         Ok(())
     }
 
@@ -333,6 +343,9 @@ pub struct CaptureOutcome {
     pub end_ns: u64,
     #[serde(default)]
     pub calls: u64,
+    /// weft-probe tracepoints switched on for the period.
+    #[serde(default)]
+    pub tracepoints: u64,
     #[serde(default)]
     pub switches: u64,
     /// Function spans shipped to the collector (OTLP, through the agent's spool).
@@ -511,6 +524,12 @@ mod tests {
         );
         assert!(err(r#"{"pid": 1, "period_ms": 500, "bogus": 1}"#).contains("unknown field"));
         assert!(CaptureCommand::parse(br#"{"service": "s", "period_ms": 3000, "force": true}"#).is_ok());
+        let t = CaptureCommand::parse(br#"{"pid": 1, "period_ms": 500, "tracepoints": ["all", "group:db"]}"#);
+        assert_eq!(t.unwrap().tracepoints, ["all", "group:db"]);
+        assert!(
+            err(r#"{"pid": 1, "period_ms": 500, "tracepoints": ["level:loud"]}"#)
+                .contains("field tracepoints: \"level:loud\"")
+        );
     }
 
     #[test]

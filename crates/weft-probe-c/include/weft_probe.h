@@ -63,7 +63,7 @@ struct weft_tracepoint {
     const char *fields; /* "name:type,..." (types i64 u64 f64 bool str bytes) */
     const char *file;
     uint32_t line;
-    uint32_t reserved;
+    uint32_t reserved; /* 0; weft-probe keeps a Rust tracepoint's live-query pre-filter here */
 };
 
 #define WEFT__INIT(name, level, group, fields, flags)                                              \

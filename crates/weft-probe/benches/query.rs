@@ -10,7 +10,7 @@
 //! | `filter-rejects` | not enabled, one query `WHERE a = 7`; the event has `a = 8` |
 //!
 //! The targets (issue 16): a matching filter + group-by count within 15 ns, a rejecting
-//! filter within 2 ns of `disabled`. The enabled tracepoint's ring is drained between timed
+//! filter within 2 ns of `disabled` (both queries' `a = 7` is a tracepoint pre-filter). The enabled tracepoint's ring is drained between timed
 //! batches (never full); the queries' tables never fill (16 groups).
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -35,6 +35,7 @@ fn plan(tp: &str) -> Plan {
         keys: vec![Operand::Field("b".into())],
         aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
         capacity: 1024,
+        carry: Vec::new(),
     }
 }
 

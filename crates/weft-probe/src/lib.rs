@@ -30,7 +30,8 @@
 //!   start, `WEFT_PROBE_ENABLE` / `WEFT_PROBE_DISABLE` (comma-separated selectors) apply.
 //! * Disabled cost: [`Tracepoint::active`] (enabled, or a live query installed) is one relaxed
 //!   load of a byte and a branch; the recording path is a separate `#[cold]` function, so
-//!   nothing else is inlined at the site.
+//!   nothing else is inlined at the site but a live query's pre-filter (one word of the
+//!   tracepoint, checked only when it is active; see [`query`]).
 //! * Enabled events go into the calling thread's ring ([`layout`]) without locks or allocation,
 //!   timestamped from the TSC ([`clock`]). A full ring drops the record and counts it.
 //! * Spans ([`Span`], [`span!`]): begin/end records, per-thread parent/child context, Zipkin
@@ -44,10 +45,13 @@
 //!   aggregate states every level of a query shares (counts, sums, extremes, averages, log2 and
 //!   linear histograms, a quantile sketch) and their compact serialized form. An agent installs,
 //!   removes and collects them through the segment's [`mailbox`], answered by the process's
-//!   control thread.
+//!   control thread. A plan may also carry fields into the request's [`baggage`], which
+//!   travels with the context to other processes and groups a downstream plan's aggregate
+//!   (Pivot Tracing's happened-before join).
 //! * Feature `tracing`: [`tracing_layer::WeftLayer`] records `tracing` spans and events.
 
 pub mod agg;
+pub mod baggage;
 pub mod capture;
 pub mod clock;
 pub mod consumer;
@@ -199,7 +203,14 @@ macro_rules! tracepoint {
 macro_rules! event {
     ($tp:expr $(, $k:ident = $v:expr)* $(,)?) => {
         if $tp.active() {
-            $crate::__private::emit(&$tp, ($($v,)*));
+            // a match, not a let: temporaries in the arguments live until the event is emitted
+            match ($($v,)*) {
+                __weft_fields => {
+                    if $tp.prefilter_pass(&__weft_fields) {
+                        $crate::__private::emit(&$tp, __weft_fields);
+                    }
+                }
+            }
         }
     };
 }

@@ -76,6 +76,10 @@ fn put_operand(out: &mut Vec<u8>, o: &Operand) {
             out.push(1);
             put_str(out, c.name());
         }
+        Operand::Baggage(k) => {
+            out.push(2);
+            put_str(out, k);
+        }
     }
 }
 
@@ -156,6 +160,11 @@ pub fn encode_plan(p: &Plan) -> Vec<u8> {
         }
     }
     put_uvar(&mut out, p.capacity as u128);
+    put_uvar(&mut out, p.carry.len() as u128);
+    for (k, o) in &p.carry {
+        put_str(&mut out, k);
+        put_operand(&mut out, o);
+    }
     out
 }
 
@@ -178,6 +187,7 @@ fn get_operand(r: &mut Reader<'_>) -> Result<Operand, DecodeError> {
             let n = get_str(r)?;
             Ctx::parse(&n).map(Operand::Ctx).ok_or_else(|| r.err("unknown context column"))
         }
+        2 => Ok(Operand::Baggage(get_str(r)?)),
         _ => Err(r.err("unknown operand tag")),
     }
 }
@@ -255,10 +265,14 @@ pub fn decode_plan(bytes: &[u8]) -> Result<Plan, DecodeError> {
         aggs.push(AggSpec { kind, input });
     }
     let capacity = usize::try_from(r.u64()?).map_err(|_| r.err("capacity out of range"))?;
+    let ncarry = r.len()?;
+    let carry = (0..ncarry)
+        .map(|_| Ok((get_str(&mut r)?, get_operand(&mut r)?)))
+        .collect::<Result<Vec<_>, DecodeError>>()?;
     if r.pos != bytes.len() {
         return Err(r.err("trailing bytes"));
     }
-    Ok(Plan { tracepoint, filter, keys, aggs, capacity })
+    Ok(Plan { tracepoint, filter, keys, aggs, capacity, carry })
 }
 
 fn id_of(body: &[u8]) -> Option<QueryId> {
@@ -402,12 +416,18 @@ mod tests {
         Plan {
             tracepoint: "blocker.write".into(),
             filter,
-            keys: vec![Operand::Field("path".into()), Operand::Ctx(Ctx::Pid), Operand::Ctx(Ctx::TraceId)],
+            keys: vec![
+                Operand::Field("path".into()),
+                Operand::Ctx(Ctx::Pid),
+                Operand::Ctx(Ctx::TraceId),
+                Operand::Baggage("gateway.volume".into()),
+            ],
             aggs: kinds
                 .iter()
                 .map(|k| AggSpec { kind: *k, input: if *k == AggKind::Count { None } else { field("len") } })
                 .collect(),
             capacity: 2048,
+            carry: vec![("blocker.path".into(), Operand::Field("path".into()))],
         }
     }
 
@@ -462,6 +482,7 @@ mod tests {
             keys: Vec::new(),
             aggs: vec![AggSpec { kind: AggKind::Sum, input: Some(Operand::Field("n".into())) }],
             capacity: 16,
+            carry: Vec::new(),
         };
         let mut req = vec![OP_INSTALL];
         req.extend(60_000u64.to_le_bytes());
@@ -493,6 +514,7 @@ mod tests {
             keys: Vec::new(),
             aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
             capacity: 16,
+            carry: Vec::new(),
         };
         let install = |lease_ms: u64| {
             let mut req = vec![OP_INSTALL];

@@ -15,6 +15,7 @@
 //!     keys: vec![Operand::Field("fd".into())],
 //!     aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
 //!     capacity: 256,
+//!     carry: Vec::new(),
 //! };
 //! WRITE.id(); // registered (tracepoints in the linker section are, from the first registry use)
 //! let q = query::install(&plan).unwrap();
@@ -47,8 +48,18 @@
 //!   table for an empty one, that thread's events are dropped and counted as `busy`.
 //! * A filter that is one comparison of an integer field (or none) is evaluated from a copy in
 //!   the thread's own list, before anything else of the query is touched.
+//! * A tracepoint with exactly one query, not enabled for recording, whose filter is one
+//!   comparison of a `u64` field with a constant below 2^21, gets it as a pre-filter
+//!   ([`crate::Tracepoint::prefilter_pass`]): `event!` rejects the event inline, before the
+//!   call into this module.
 //! * `comm` and `host` are read at a thread's first event after an install (a later rename of
 //!   the thread is not seen until the next install or detach).
+//! * Happened-before joins: a plan's [`Plan::carry`] packs values of an event that passes its
+//!   filter into the request's [`crate::baggage`] (each value at most
+//!   [`crate::agg::KEY_STR_MAX`] bytes; numbers as decimal text); [`Operand::Baggage`] reads
+//!   a member back (as a string) in another process. A plan that reads baggage skips events
+//!   whose request lacks one of its members (they are not counted as drops: they did not
+//!   join). Only these plans touch the baggage.
 
 use crate::agg::{AggKind, Drops, KEY_STR_MAX, KeyValue, Partial, State};
 use crate::tracepoint::{FieldSpec, Tracepoint};
@@ -128,6 +139,10 @@ pub enum Operand {
     /// A field of the tracepoint, by name.
     Field(String),
     Ctx(Ctx),
+    /// A member of the request's [`crate::baggage`] (a string, carried from an upstream
+    /// tracepoint by a plan's [`Plan::carry`]). An event whose request lacks it does not join:
+    /// the plan skips it.
+    Baggage(String),
 }
 
 impl std::fmt::Display for Operand {
@@ -135,6 +150,7 @@ impl std::fmt::Display for Operand {
         match self {
             Operand::Field(n) => f.write_str(n),
             Operand::Ctx(c) => f.write_str(c.name()),
+            Operand::Baggage(k) => write!(f, "baggage[{k}]"),
         }
     }
 }
@@ -201,9 +217,10 @@ pub struct AggSpec {
     pub input: Option<Operand>,
 }
 
-/// A probe-level plan: which tracepoint, the filter, group keys, aggregates, and the
-/// per-thread table's capacity (entries; rounded up to a power of two, at most
-/// [`MAX_CAPACITY`]).
+/// A probe-level plan: which tracepoint, the filter, group keys, aggregates, the per-thread
+/// table's capacity (entries; rounded up to a power of two, at most [`MAX_CAPACITY`]), and
+/// what an event that passes the filter packs into its request's baggage (`carry`: baggage
+/// key and the operand whose value it takes; the upstream side of a happened-before join).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     pub tracepoint: String,
@@ -211,6 +228,7 @@ pub struct Plan {
     pub keys: Vec<Operand>,
     pub aggs: Vec<AggSpec>,
     pub capacity: usize,
+    pub carry: Vec<(String, Operand)>,
 }
 
 /// Most group keys a plan may have.
@@ -254,6 +272,8 @@ pub struct QueryId(pub u64);
 enum Src {
     Field(u8),
     Ctx(Ctx),
+    /// Index into [`Compiled::bag_keys`].
+    Baggage(u8),
 }
 
 #[derive(Debug)]
@@ -285,6 +305,13 @@ struct Compiled {
     /// Cells of a group's scalar entry (avg takes 2).
     cells: usize,
     capacity: usize,
+    /// Baggage members the plan reads (all present, or the event does not join).
+    bag_keys: Vec<Box<str>>,
+    /// Baggage members an event that passes the filter sets.
+    carry: Vec<(Box<str>, Src)>,
+    /// The filter as a tracepoint pre-filter (field, comparison, constant), when it is one
+    /// comparison of a `u64` field with a small constant.
+    prefilter: Option<(u8, u8, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,18 +325,34 @@ fn src_type(schema: &[FieldSpec], src: Src) -> Option<String> {
     match src {
         Src::Field(i) => schema.get(i as usize).and_then(|f| f.ty.clone()),
         Src::Ctx(c) => Some(c.ty().to_string()),
+        Src::Baggage(_) => Some("str".to_string()),
     }
 }
 
 struct Compiler<'a> {
     tp: &'a str,
     schema: &'a [FieldSpec],
+    bag_keys: RefCell<Vec<Box<str>>>,
 }
 
 impl Compiler<'_> {
     fn resolve(&self, o: &Operand) -> Result<Src, PlanError> {
         match o {
             Operand::Ctx(c) => Ok(Src::Ctx(*c)),
+            Operand::Baggage(k) => {
+                let mut keys = self.bag_keys.borrow_mut();
+                if let Some(i) = keys.iter().position(|x| **x == **k) {
+                    return Ok(Src::Baggage(i as u8));
+                }
+                if keys.len() >= MAX_KEYS || k.is_empty() || k.len() > crate::baggage::MAX_BYTES / 4 {
+                    return Err(PlanError::TooLarge(format!(
+                        "baggage member {k:?}: at most {MAX_KEYS} members of up to {} bytes of name",
+                        crate::baggage::MAX_BYTES / 4
+                    )));
+                }
+                keys.push(k.as_str().into());
+                Ok(Src::Baggage((keys.len() - 1) as u8))
+            }
             Operand::Field(name) => match self.schema.iter().position(|f| &f.name == name) {
                 Some(i) if i < 255 => Ok(Src::Field(i as u8)),
                 _ => Err(PlanError::NoField {
@@ -455,7 +498,45 @@ impl Compiler<'_> {
         let capacity = plan.capacity.clamp(16, MAX_CAPACITY).next_power_of_two();
         let has_inputs = aggs.iter().any(|(_, s)| s.is_some());
         let has_scalars = aggs.iter().any(|(k, _)| !k.bucketed());
-        Ok(Compiled { ops, keys, has_inputs, has_scalars, aggs, cells: cells.max(1), capacity })
+        if plan.carry.len() > MAX_KEYS {
+            return Err(PlanError::TooLarge(format!(
+                "{} carried values, at most {MAX_KEYS}",
+                plan.carry.len()
+            )));
+        }
+        let mut carry = Vec::new();
+        for (key, o) in &plan.carry {
+            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+                return Err(PlanError::BadConst(format!(
+                    "baggage key {key:?}: letters, digits, '.', '_' and '-' only"
+                )));
+            }
+            carry.push((key.as_str().into(), self.resolve(o)?));
+        }
+        let bag_keys = self.bag_keys.take();
+        let prefilter = match ops.as_slice() {
+            [Op::Cmp(Src::Field(f), Test::Int(op, c))]
+                if self.schema.get(*f as usize).and_then(|s| s.ty.as_deref()) == Some("u64") =>
+            {
+                u64::try_from(*c)
+                    .ok()
+                    .filter(|c| *c <= crate::tracepoint::PF_MAX_CONST)
+                    .and_then(|c| (*f <= crate::tracepoint::PF_MAX_FIELD).then_some((*f, *op as u8, c)))
+            }
+            _ => None,
+        };
+        Ok(Compiled {
+            ops,
+            keys,
+            has_inputs,
+            has_scalars,
+            aggs,
+            cells: cells.max(1),
+            capacity,
+            bag_keys,
+            carry,
+            prefilter,
+        })
     }
 }
 
@@ -468,6 +549,23 @@ struct ThreadCtx {
     tid: u64,
     comm: Vec<u8>,
     host: Vec<u8>,
+    /// The current event's baggage members of the query being run ([`Compiled::bag_keys`]).
+    bag: [[u8; KEY_STR_MAX]; MAX_KEYS],
+    bag_len: [u8; MAX_KEYS],
+}
+
+impl ThreadCtx {
+    /// Read the query's baggage members; `false` when one is absent (the event does not join).
+    #[cold]
+    fn fill_bag(&mut self, keys: &[Box<str>]) -> bool {
+        for ((k, buf), len) in keys.iter().zip(&mut self.bag).zip(&mut self.bag_len) {
+            match crate::baggage::get(k, buf) {
+                Some(n) => *len = n as u8,
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 enum Val<'a> {
@@ -499,6 +597,10 @@ fn read<'a, F: Fields>(src: Src, ev: &'a F, ctx: &'a ThreadCtx) -> Option<Val<'a
             Ctx::TraceId => Val::Trace(crate::thread::current_ids().0.to_be_bytes()),
             Ctx::SpanId => Val::Int(crate::thread::current_ids().1 as i128),
         },
+        Src::Baggage(i) => {
+            let i = i as usize;
+            Val::Bytes(&ctx.bag.get(i)?[..*ctx.bag_len.get(i)? as usize])
+        }
     })
 }
 
@@ -927,7 +1029,18 @@ struct Tls {
 
 thread_local! {
     static TLS: RefCell<Tls> = const {
-        RefCell::new(Tls { epoch: 0, attached: Vec::new(), ctx: ThreadCtx { pid: 0, tid: 0, comm: Vec::new(), host: Vec::new() } })
+        RefCell::new(Tls {
+            epoch: 0,
+            attached: Vec::new(),
+            ctx: ThreadCtx {
+                pid: 0,
+                tid: 0,
+                comm: Vec::new(),
+                host: Vec::new(),
+                bag: [[0; KEY_STR_MAX]; MAX_KEYS],
+                bag_len: [0; MAX_KEYS],
+            },
+        })
     };
 }
 
@@ -948,25 +1061,64 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
             REFRESH_SKIPPED.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let t = &*t;
-        for a in &t.attached {
+        let Tls { attached, ctx, .. } = &mut *t;
+        for a in attached.iter() {
             if !std::ptr::eq(a.tp, tp) {
+                continue;
+            }
+            let c = &a.query.compiled;
+            if !c.bag_keys.is_empty() && !ctx.fill_bag(&c.bag_keys) {
                 continue;
             }
             let pass = match a.fast {
                 Fast::All => Some(true),
-                Fast::Int { field, op, c } => match ev.field(field) {
-                    Some(Scalar::U64(v)) => Some(op.test(&(v as i128), &c)),
-                    Some(Scalar::I64(v)) => Some(op.test(&(v as i128), &c)),
-                    _ => eval(&a.query.compiled, ev, &t.ctx),
+                Fast::Int { field, op, c: k } => match ev.field(field) {
+                    Some(Scalar::U64(v)) => Some(op.test(&(v as i128), &k)),
+                    Some(Scalar::I64(v)) => Some(op.test(&(v as i128), &k)),
+                    _ => eval(c, ev, ctx),
                 },
-                Fast::General => eval(&a.query.compiled, ev, &t.ctx),
+                Fast::General => eval(c, ev, ctx),
             };
             if pass != Some(false) {
-                update(&a.query.compiled, &a.partial, ev, &t.ctx, pass.is_some());
+                if !c.carry.is_empty() {
+                    carry(c, ev, ctx);
+                }
+                update(c, &a.partial, ev, ctx, pass.is_some());
             }
         }
     });
+}
+
+/// Pack the plan's carried values into the request's baggage (text as is, numbers in decimal).
+#[cold]
+fn carry<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) {
+    for (key, src) in &c.carry {
+        let mut num = [0u8; 48];
+        let text: &[u8] = match read(*src, ev, ctx) {
+            Some(Val::Bytes(b)) => b,
+            Some(Val::Int(v)) => format_into(&mut num, format_args!("{v}")),
+            Some(Val::Float(v)) => format_into(&mut num, format_args!("{v}")),
+            Some(Val::Bool(v)) => {
+                if v {
+                    b"true"
+                } else {
+                    b"false"
+                }
+            }
+            Some(Val::Trace(t)) => format_into(&mut num, format_args!("{:032x}", u128::from_be_bytes(t))),
+            None => continue,
+        };
+        crate::baggage::put(key, &text[..text.len().min(KEY_STR_MAX)]);
+    }
+}
+
+/// Format into a stack buffer (no allocation).
+fn format_into<'a>(buf: &'a mut [u8; 48], args: std::fmt::Arguments<'_>) -> &'a [u8] {
+    use std::io::Write;
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    let _ = w.write_fmt(args);
+    let n = w.position() as usize;
+    &buf[..n]
 }
 
 /// Aggregate an event that passed the filter (`typed`: the filter saw the types it expected).
@@ -1141,7 +1293,8 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
         return Err(PlanError::Ambiguous(plan.tracepoint.clone()));
     }
     let schema = FieldSpec::parse_list(first.fields_spec());
-    let compiled = Compiler { tp: &plan.tracepoint, schema: &schema }.compile(plan)?;
+    let compiled = Compiler { tp: &plan.tracepoint, schema: &schema, bag_keys: RefCell::new(Vec::new()) }
+        .compile(plan)?;
     choose_protocol();
     let mut q = queries();
     let id = QueryId(q.next);
@@ -1149,7 +1302,8 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
     for tp in &tps {
         tp.set_query(true);
     }
-    q.list.push(Arc::new(Installed { id, tps, compiled, threads: Mutex::new(Vec::new()) }));
+    q.list.push(Arc::new(Installed { id, tps: tps.clone(), compiled, threads: Mutex::new(Vec::new()) }));
+    set_prefilters(&q.list, &tps);
     EPOCH.fetch_add(1, Ordering::Release);
     Ok(id)
 }
@@ -1166,8 +1320,21 @@ pub fn detach(id: QueryId) -> bool {
             tp.set_query(false);
         }
     }
+    set_prefilters(&q.list, &gone.tps);
     EPOCH.fetch_add(1, Ordering::Release);
     true
+}
+
+/// A tracepoint with exactly one query whose filter fits a pre-filter gets it; any other, none.
+fn set_prefilters(list: &[Arc<Installed>], tps: &[&'static Tracepoint]) {
+    for tp in tps {
+        let mut on = list.iter().filter(|i| i.tps.iter().any(|t| std::ptr::eq(*t, *tp)));
+        let pf = match (on.next(), on.next()) {
+            (Some(only), None) => only.compiled.prefilter,
+            _ => None,
+        };
+        tp.set_prefilter(pf);
+    }
 }
 
 /// Ids and tracepoint names of the installed queries.

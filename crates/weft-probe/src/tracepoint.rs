@@ -83,11 +83,20 @@ pub const UNREGISTERED: u32 = u32::MAX;
 /// ABI version of [`Tracepoint`] (the C header's `WEFT_TP_ABI`).
 pub const TP_ABI: u8 = 1;
 
+/// Pre-filter word: valid bit; comparison (bits 28-30, [`crate::query::CmpOp`] order), field
+/// position (bits 21-27) and an unsigned constant below 2^21 (bits 0-20).
+const PF_VALID: u32 = 1 << 31;
+/// Largest constant a pre-filter holds.
+pub(crate) const PF_MAX_CONST: u64 = (1 << 21) - 1;
+/// Largest field position a pre-filter names.
+pub(crate) const PF_MAX_FIELD: u8 = 127;
+
 /// A tracepoint descriptor. One `static` per tracepoint; the layout is shared with C
 /// (`struct weft_tracepoint` in `weft_probe.h`), so it is `repr(C)` with NUL-terminated strings.
 ///
 /// The hot-path test is [`Tracepoint::active`] (what `event!` checks): one relaxed load of
-/// `state` and a branch.
+/// `state` and a branch. When active, `event!` next asks [`Tracepoint::prefilter_pass`], a
+/// live query's filter compiled to one word, with the arguments still in registers.
 #[repr(C)]
 pub struct Tracepoint {
     state: AtomicU8,
@@ -100,7 +109,8 @@ pub struct Tracepoint {
     fields: *const c_char,
     file: *const c_char,
     line: u32,
-    _reserved: u32,
+    /// The pre-filter word (0: none). The C header's reserved word: C tracepoints leave it 0.
+    prefilter: AtomicU32,
 }
 
 // SAFETY: the pointers refer to immutable, 'static, NUL-terminated strings; the mutable parts
@@ -136,7 +146,7 @@ impl Tracepoint {
             fields: fields.as_ptr().cast(),
             file: file.as_ptr().cast(),
             line,
-            _reserved: 0,
+            prefilter: AtomicU32::new(0),
         }
     }
 
@@ -150,6 +160,46 @@ impl Tracepoint {
     #[inline(always)]
     pub fn active(&self) -> bool {
         self.state.load(Ordering::Relaxed) != 0
+    }
+
+    /// May the event with these fields matter? `false` only when the tracepoint is not
+    /// enabled for recording and its one live query's filter (a comparison of a `u64` field
+    /// with a small constant) rejects them — then `event!` does nothing more. Inlined at every
+    /// call site after [`Tracepoint::active`].
+    #[inline(always)]
+    pub fn prefilter_pass<F: crate::value::Fields>(&self, fields: &F) -> bool {
+        let p = self.prefilter.load(Ordering::Relaxed);
+        if p == 0 || self.enabled() {
+            return true;
+        }
+        let Some(crate::query::Scalar::U64(v)) = fields.field(((p >> 21) & 127) as u8) else { return true };
+        let c = (p & PF_MAX_CONST as u32) as u64;
+        match (p >> 28) & 7 {
+            0 => v == c,
+            1 => v != c,
+            2 => v < c,
+            3 => v <= c,
+            4 => v > c,
+            5 => v >= c,
+            _ => true,
+        }
+    }
+
+    /// Set the pre-filter (the query module): `Some((field, op as 0..=5, constant))` within
+    /// [`PF_MAX_FIELD`] and [`PF_MAX_CONST`], or none. The enabled bit overrides it.
+    pub(crate) fn set_prefilter(&self, pf: Option<(u8, u8, u64)>) {
+        let w = match pf {
+            Some((field, op, c)) if field <= PF_MAX_FIELD && op <= 5 && c <= PF_MAX_CONST => {
+                PF_VALID | (op as u32) << 28 | (field as u32) << 21 | c as u32
+            }
+            _ => 0,
+        };
+        self.prefilter.store(w, Ordering::Relaxed);
+    }
+
+    /// Is a pre-filter set?
+    pub fn has_prefilter(&self) -> bool {
+        self.prefilter.load(Ordering::Relaxed) != 0
     }
 
     /// The state bits ([`STATE_ENABLED`], [`STATE_QUERY`]).

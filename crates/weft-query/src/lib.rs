@@ -17,14 +17,17 @@
 //!
 //! * [`plan()`]: SQL → [`LivePlan`] or a [`QueryError`] naming line, column and reason.
 //! * The three levels: probe (filter, group-key projection, partial aggregation — weft-probe's
-//!   in-process interpreter runs [`LivePlan::probe_plan`]), machine (the agent merges
+//!   in-process interpreter runs [`LivePlan::probe_plan`], or for a happened-before join of
+//!   two tracepoints the pair [`LivePlan::join_plans`], whose upstream half packs the carried
+//!   columns into the request's baggage for the downstream half to group by), machine (the agent merges
 //!   per-thread or per-CPU partials each interval), cluster (the collector merges agents'
 //!   partials per window and applies top-N). [`explain()`] prints them.
 //! * [`merge`]: windows of merged partials and the final rows. The aggregate states and their
 //!   compact wire form are `weft_probe::agg` (shared with the probe level).
 //!
 //! Not here: deploying plans (the agent and collector), the eBPF probe level, the `weft query`
-//! command and carrying baggage for joins at run time — the plan describes them.
+//! command, and the baggage itself (`weft_probe::baggage`; the application forwards it with
+//! its requests).
 
 pub mod explain;
 pub mod merge;
@@ -32,5 +35,5 @@ pub mod plan;
 pub mod source;
 
 pub use explain::explain;
-pub use plan::{Agg, Col, Join, LivePlan, OutCol, QueryError, Window, plan};
+pub use plan::{Agg, Col, Join, JoinPlans, LivePlan, OutCol, QueryError, Window, plan};
 pub use source::{Catalog, ListCatalog, Source, Type};

@@ -77,6 +77,15 @@ pub struct Join {
     pub carried: Vec<Col>,
 }
 
+/// The two probe-level plans of a happened-before join ([`LivePlan::join_plans`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinPlans {
+    /// Packs the carried columns into the request's baggage (its partial counts the packs).
+    pub upstream: weft_probe::query::Plan,
+    /// The query's aggregate, grouped by the carried columns read from the baggage.
+    pub downstream: weft_probe::query::Plan,
+}
+
 /// A checked, planned live query.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LivePlan {
@@ -105,24 +114,94 @@ impl LivePlan {
     /// The probe-level plan for weft-probe's in-process interpreter, when the query is a single
     /// weft-probe source (joins and kernel/uprobe sources run elsewhere).
     pub fn probe_plan(&self) -> Option<weft_probe::query::Plan> {
+        match self.source_plan()? {
+            (Source::Probe(_), plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// The probe-level plan of a query with one source (no join), of any kind, with that
+    /// source: for weft-probe tracepoints `tracepoint` is its name, for kernel tracepoints and
+    /// uprobes the source as written (`tracepoint('sched:sched_switch')`); fields are the
+    /// tracepoint's, or `arg0`-`arg5`, `retval` and `latency` at uprobes.
+    pub fn source_plan(&self) -> Option<(Source, weft_probe::query::Plan)> {
         if self.join.is_some() || self.sources.len() != 1 {
             return None;
         }
-        let Source::Probe(name) = &self.sources[0].0 else { return None };
-        Some(weft_probe::query::Plan {
-            tracepoint: name.clone(),
-            filter: self.filters[0].clone(),
-            keys: self.keys.iter().map(|k| k.operand.clone()).collect(),
-            aggs: self
-                .aggs
+        let source = self.sources[0].0.clone();
+        let name = match &source {
+            Source::Probe(name) => name.clone(),
+            other => other.to_string(),
+        };
+        Some((
+            source,
+            weft_probe::query::Plan {
+                tracepoint: name,
+                filter: self.filters[0].clone(),
+                keys: self.keys.iter().map(|k| k.operand.clone()).collect(),
+                aggs: self.agg_specs(),
+                capacity: self.capacity,
+                carry: Vec::new(),
+            },
+        ))
+    }
+
+    /// The aggregates as the probe level runs them.
+    fn agg_specs(&self) -> Vec<weft_probe::query::AggSpec> {
+        self.aggs
+            .iter()
+            .map(|a| weft_probe::query::AggSpec {
+                kind: a.kind,
+                input: a.input.as_ref().map(|c| c.operand.clone()),
+            })
+            .collect()
+    }
+
+    /// The probe-level plans of a happened-before join of two weft-probe sources: the upstream
+    /// one packs the carried columns into the request's baggage (member `<tracepoint>.<column>`;
+    /// with none carried, a mark `<tracepoint>` holding the pid) and counts what it packed; the
+    /// downstream one aggregates, reading the carried group keys from the baggage and skipping
+    /// events whose request carries no pack. Its partials have the query's key order.
+    pub fn join_plans(&self) -> Option<JoinPlans> {
+        let j = self.join.as_ref()?;
+        let (Source::Probe(up), Source::Probe(down)) =
+            (&self.sources[j.upstream].0, &self.sources[j.downstream].0)
+        else {
+            return None;
+        };
+        let member = |c: &Col| format!("{up}.{}", c.name);
+        let mut carry: Vec<(String, Operand)> =
+            j.carried.iter().map(|c| (member(c), c.operand.clone())).collect();
+        let mut filter = self.filters[j.downstream].clone();
+        if carry.is_empty() {
+            carry.push((up.clone(), Operand::Ctx(Ctx::Pid)));
+            let mark = Filter::Cmp(Operand::Baggage(up.clone()), CmpOp::Ne, Const::Str(String::new()));
+            filter = match filter {
+                Filter::True => mark,
+                f => Filter::And(Box::new(mark), Box::new(f)),
+            };
+        }
+        let upstream = weft_probe::query::Plan {
+            tracepoint: up.clone(),
+            filter: self.filters[j.upstream].clone(),
+            keys: Vec::new(),
+            aggs: vec![weft_probe::query::AggSpec { kind: AggKind::Count, input: None }],
+            capacity: 16,
+            carry,
+        };
+        let downstream = weft_probe::query::Plan {
+            tracepoint: down.clone(),
+            filter,
+            keys: self
+                .keys
                 .iter()
-                .map(|a| weft_probe::query::AggSpec {
-                    kind: a.kind,
-                    input: a.input.as_ref().map(|c| c.operand.clone()),
-                })
+                .map(|k| if k.side == j.upstream { Operand::Baggage(member(k)) } else { k.operand.clone() })
                 .collect(),
+            aggs: self.agg_specs(),
             capacity: self.capacity,
-        })
+            carry: Vec::new(),
+        };
+        Some(JoinPlans { upstream, downstream })
     }
 
     /// The aggregate kinds, in order (what partials carry).

@@ -145,7 +145,8 @@ where
 }
 
 /// Reads traces (in one read slot, on the SQL runtime's blocking pool), leaving out unknown
-/// ones; fails naming the limit when they hold more than `read_max_spans` spans.
+/// ones; fails naming the limit when they hold more than `read_max_spans` spans (reading
+/// stops there: [`weft_store::Store::trace_bounded`]).
 pub async fn traces(state: &AppState, api: Api, ids: Vec<TraceId>) -> Result<Vec<Vec<Span>>, ApiError> {
     let max = state.config.read_max_spans;
     read(state, api, move |store| async move {
@@ -153,13 +154,15 @@ pub async fn traces(state: &AppState, api: Api, ids: Vec<TraceId>) -> Result<Vec
             let mut out = Vec::with_capacity(ids.len());
             let mut n = 0usize;
             for id in ids {
-                let t = store.trace(id)?;
-                n += t.len();
-                if n > max {
+                // Reading stops past the spans left of the limit: a huge trace is not loaded.
+                let read = store.trace_bounded(id, max - n)?;
+                if read.truncated {
                     return Err(StoreError::Query(format!(
                         "the traces asked for hold more than {max} spans (weft serve --read-max-spans)"
                     )));
                 }
+                let t = read.spans;
+                n += t.len();
                 if !t.is_empty() {
                     out.push(t);
                 }

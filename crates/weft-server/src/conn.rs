@@ -6,6 +6,11 @@
 //! * Request headers must arrive within [`ServerConfig::header_timeout`]; the same clock runs
 //!   while a keep-alive connection waits for its next request, so it also closes idle
 //!   connections (slowloris sends headers a byte at a time).
+//! * The first request of a connection must start within the same
+//!   [`ServerConfig::header_timeout`] of its accept, whatever the protocol: a client that opens
+//!   TCP and sends nothing, or (HTTP/2, gRPC) sends the preface but never a request's headers,
+//!   is closed then. HTTP/2 connections are pinged every `header_timeout` while idle and closed
+//!   when a ping goes unanswered for as long (a peer that vanished).
 //! * A request body must arrive within [`ServerConfig::body_timeout`] of the request's start
 //!   (see [`limit_body`]): a trickling body is cut (408; gRPC: an error status) and gives
 //!   back its share of the in-flight budget.
@@ -19,7 +24,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -51,7 +56,11 @@ pub(crate) async fn serve(
     let slots = Arc::new(Semaphore::new(cfg.max_connections.clamp(1, Semaphore::MAX_PERMITS)));
     let mut builder = Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(cfg.header_timeout);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(cfg.header_timeout)
+        .keep_alive_timeout(cfg.header_timeout);
     let mut conns = JoinSet::new();
     loop {
         while conns.try_join_next().is_some() {}
@@ -75,17 +84,28 @@ pub(crate) async fn serve(
         };
         let _ = socket.set_nodelay(true);
         let conn = builder.clone();
-        let svc = TowerToHyperService::new(app.clone());
+        let started = Arc::new(AtomicBool::new(false));
+        let svc = FirstRequest { inner: TowerToHyperService::new(app.clone()), started: started.clone() };
         let mut stop = stop.clone();
         let counters = counters.clone();
+        let handshake = tokio::time::sleep(cfg.header_timeout);
         counters.open.fetch_add(1, Ordering::Relaxed);
         conns.spawn(async move {
             let serving = conn.serve_connection_with_upgrades(TokioIo::new(socket), svc);
             tokio::pin!(serving);
+            tokio::pin!(handshake);
             let mut stopping = false;
+            let mut waiting = true;
             loop {
                 tokio::select! {
                     _ = serving.as_mut() => break,
+                    _ = handshake.as_mut(), if waiting => {
+                        if !started.load(Ordering::Relaxed) {
+                            // No request within the deadline: drop the connection.
+                            break;
+                        }
+                        waiting = false;
+                    }
                     _ = stop.wait_for(|s| *s), if !stopping => {
                         stopping = true;
                         serving.as_mut().graceful_shutdown();
@@ -108,6 +128,24 @@ pub(crate) async fn serve(
             cfg.shutdown_timeout
         );
         conns.shutdown().await;
+    }
+}
+
+/// The connection's service, noting that a request has started (see the handshake deadline).
+#[derive(Clone)]
+struct FirstRequest<S> {
+    inner: S,
+    started: Arc<AtomicBool>,
+}
+
+impl<S: hyper::service::Service<R>, R> hyper::service::Service<R> for FirstRequest<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn call(&self, req: R) -> Self::Future {
+        self.started.store(true, Ordering::Relaxed);
+        self.inner.call(req)
     }
 }
 

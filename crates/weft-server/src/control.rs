@@ -215,6 +215,7 @@ impl Hub {
                     functions: functions.to_vec(),
                     module: None,
                     force: false,
+                    tracepoints: Vec::new(),
                     agent: Some(r.agent.clone()),
                 };
                 let reason = format!(

@@ -18,6 +18,12 @@
 //! [`MAX_WINDOWS`] closed and [`MAX_OPEN_WINDOWS`] open windows each (a partial for a window
 //! that cannot have started yet is refused and counted), [`MAX_SCHEMAS`] tracepoint schemas,
 //! `ServerConfig::max_agents` agents (the stalest go first).
+//!
+//! A happened-before join of two weft-probe tracepoints is deployed as two plans
+//! (`weft_query::LivePlan::join_plans`): the query's id runs the downstream half, whose
+//! partials are merged as above; id `| `[`CARRY`] runs the upstream half, which packs the
+//! carried columns into the request's baggage (its partials are not merged; its failures are
+//! the query's).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
@@ -31,7 +37,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 use serde_json::{Value, json};
-use weft_control::live::{LiveAnswer, LiveFailure, LiveSync, QueryDeploy, WirePlan};
+use weft_control::live::{LiveAnswer, LiveFailure, LiveSync, QueryDeploy, WirePlan, WireSource};
 use weft_probe::agg::{KeyValue, Output, Partial};
 use weft_query::merge::{Cell, rows};
 use weft_query::{ListCatalog, LivePlan};
@@ -39,6 +45,9 @@ use weft_query::{ListCatalog, LivePlan};
 use crate::api::ApiError;
 use crate::control::json as json_answer;
 use crate::state::AppState;
+
+/// Bit set in the deploy id of a join's upstream half.
+pub const CARRY: u64 = 1 << 62;
 
 /// Queries kept (running and ended).
 pub const MAX_QUERIES: usize = 256;
@@ -90,6 +99,8 @@ struct LiveQuery {
     text: String,
     plan: LivePlan,
     deploy: QueryDeploy,
+    /// A join's upstream half (deployed as id `| CARRY`).
+    carry: Option<QueryDeploy>,
     created: Instant,
     interval_ns: u64,
     grace_ns: u64,
@@ -183,7 +194,11 @@ impl Inner {
     }
 
     fn wanted(&self) -> Vec<&QueryDeploy> {
-        self.queries.values().filter(|q| q.active()).map(|q| &q.deploy).collect()
+        self.queries
+            .values()
+            .filter(|q| q.active())
+            .flat_map(|q| std::iter::once(&q.deploy).chain(&q.carry))
+            .collect()
     }
 }
 
@@ -281,13 +296,24 @@ async fn submit(
     if plan.explain {
         return json_answer(StatusCode::OK, &json!({"explain": explain}));
     }
-    let Some(probe) = plan.probe_plan() else {
-        let what = if plan.join.is_some() {
-            "happened-before joins are planned (EXPLAIN shows how) but their baggage is not carried at run time yet"
-        } else {
-            "kernel tracepoints and uprobes run in the eBPF probe level, which these agents do not have"
-        };
-        return ApiError::bad_request(format!("cannot run this query: {what}")).into_response();
+    let (source, probe, carry) = match (plan.source_plan(), plan.join_plans()) {
+        (Some((source, probe)), _) => (source, probe, None),
+        (None, Some(j)) => {
+            (weft_query::Source::Probe(j.downstream.tracepoint.clone()), j.downstream, Some(j.upstream))
+        }
+        (None, None) => {
+            let what = "happened-before joins run between two weft-probe tracepoints only";
+            return ApiError::bad_request(format!("cannot run this query: {what}")).into_response();
+        }
+    };
+    let source = match source {
+        weft_query::Source::Probe(_) => None,
+        weft_query::Source::Kernel { system, event } => {
+            Some(WireSource::Tracepoint(format!("{system}:{event}")))
+        }
+        weft_query::Source::Uprobe { binary, symbol, ret } => {
+            Some(WireSource::Uprobe { binary, symbol, ret })
+        }
     };
     let interval = plan.window.interval.or(plan.window.duration).unwrap_or(Duration::from_secs(1));
     let interval_ns = interval.as_nanos().max(1_000_000) as u64;
@@ -315,7 +341,10 @@ async fn submit(
             plan: WirePlan::from(&probe),
             interval_ms: (interval_ns / 1_000_000).max(1),
             duration_ms: plan.window.duration.map(|d| d.as_millis() as u64),
+            source,
         };
+        let carry =
+            carry.map(|c| QueryDeploy { query: id | CARRY, plan: WirePlan::from(&c), ..deploy.clone() });
         let now = Instant::now();
         inner.queries.insert(
             id,
@@ -324,6 +353,7 @@ async fn submit(
                 ends: plan.window.duration.map(|d| now + d),
                 plan,
                 deploy,
+                carry,
                 created: now,
                 interval_ns,
                 grace_ns: (interval_ns / 2).max(1_000_000_000),
@@ -604,7 +634,7 @@ async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
             }
         }
         for f in &req.failures {
-            if let Some(q) = inner.queries.get_mut(&f.query) {
+            if let Some(q) = inner.queries.get_mut(&(f.query & !CARRY)) {
                 if q.failures.len() >= MAX_FAILURES {
                     q.failures.pop_front();
                 }

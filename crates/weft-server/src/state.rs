@@ -28,8 +28,10 @@ pub struct ServerConfig {
     pub max_decompressed_bytes: usize,
     /// Request bytes being received, decoded and stored at once; past it, 429.
     pub max_inflight_bytes: usize,
-    /// Longest a client may take to send a request's headers, and longest a keep-alive
-    /// connection may wait idle for its next request; then it is closed.
+    /// Longest a client may take to send a request's headers, longest a connection may wait
+    /// for its first request (any protocol, HTTP/2 included), and longest a keep-alive
+    /// connection may wait idle for its next request; then it is closed. HTTP/2 connections
+    /// are also pinged this often and closed when a ping goes unanswered as long.
     pub header_timeout: Duration,
     /// Longest a client may take to send a request's body (from the request's start) → 408.
     pub body_timeout: Duration,

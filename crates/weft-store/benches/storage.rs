@@ -24,17 +24,8 @@ use weft_model::codec::otlp;
 use weft_store::{FsyncPolicy, Store, StoreConfig};
 use weft_synth::shop::Shop;
 
-fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
-}
-
-fn process_cpu() -> f64 {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
+mod common;
+use common::{append, env, process_cpu};
 
 fn thread_cpu() -> f64 {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
@@ -165,15 +156,7 @@ fn main() {
             proto.2 += batch.len();
         }
         gen_cpu += thread_cpu() - g0;
-        loop {
-            match store.append(&batch) {
-                Ok(()) => break,
-                Err(weft_store::StoreError::Overloaded { .. }) => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
+        append(&store, &batch);
         appended += batch.len();
         batch_no += 1;
     }

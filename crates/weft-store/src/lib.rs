@@ -36,15 +36,20 @@
 //!   (same trace id, span id and content hash; two different spans sharing ids are both kept).
 //!   SQL over `spans` sees both copies until compaction merges the segments holding them.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
-//! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows),
-//!   [`Store::search`], [`Store::services`] / [`Store::operations`], and SQL
+//! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows;
+//!   [`Store::trace_bounded`] stops reading past a span limit and says so),
+//!   [`Store::search`] (a per-segment search index in each spans file's footer, written by
+//!   flush and compaction, skips segments that cannot match; newest segments first, it stops
+//!   at N traces; [`SearchPlan::Scan`] is the full scan it must agree with),
+//!   [`Store::services`] / [`Store::operations`], and SQL
 //!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`.
 //!
 //! # Modules
 //!
 //! The front door is [`Store`] (this file: open, append, flush, close, sizes), its reads
 //! (`read`: a trace by id, SQL, services and operations, time windows) and search
-//! (`search`: [`TraceQuery`], [`search_sql`]). Behind it, `engine` holds the shared state and
+//! (`search`: [`TraceQuery`], [`search_sql`], [`SearchPlan`]; `search_index`: what each
+//! segment's footer says for it). Behind it, `engine` holds the shared state and
 //! the background work: WAL replay on open, the write path, flush, retention and compaction.
 //! Data formats: [`schema`] (the tables), [`arrow_rows`] (spans ↔ Arrow rows), [`wal`],
 //! [`segment`], [`manifest`].
@@ -67,6 +72,7 @@ pub mod render;
 mod resources;
 pub mod schema;
 mod search;
+mod search_index;
 pub mod segment;
 pub mod wal;
 
@@ -90,8 +96,8 @@ pub use error::{Result, StoreError};
 pub use manifest::{FileMeta, Manifest, SegmentMeta};
 pub use metrics::{Metrics, StoreStats};
 pub use query::sql_str;
-pub use read::{SqlLimits, SqlResult};
-pub use search::{TraceQuery, search_sql};
+pub use read::{EVENT_ROWS_PER_SPAN, SqlLimits, SqlResult, TraceRead};
+pub use search::{SearchPlan, TraceQuery, search_sql};
 pub use segment::WriteOptions;
 pub use wal::FsyncPolicy;
 
@@ -227,6 +233,7 @@ impl Store {
             s.segment_spans += seg.meta.rows(schema::SPANS);
             s.segment_events += seg.meta.rows(schema::EVENTS);
             s.bloom_bytes += seg.bloom_bytes();
+            s.search_index_bytes += seg.search_index().map_or(0, |i| i.encoded_len() as u64);
         }
         drop(st);
         if let Ok(files) = wal::list_wal_files(&self.inner.wal_dir) {

@@ -41,6 +41,14 @@ pub struct Metrics {
     /// Times the WAL went on in a new file after a failed write or fsync (acknowledgements
     /// resumed without a restart).
     pub wal_reopened: AtomicU64,
+    /// Span rows trace lookups read (before duplicates were dropped; a bounded lookup stops
+    /// reading at its limit).
+    pub trace_rows_read: AtomicU64,
+    /// Segments indexed searches read.
+    pub search_segments_read: AtomicU64,
+    /// Segments indexed searches skipped (ruled out by the indexes, or older than the N
+    /// traces found).
+    pub search_segments_skipped: AtomicU64,
 }
 
 /// A point-in-time view of the store's size.
@@ -64,4 +72,7 @@ pub struct StoreStats {
     pub wal_bytes: u64,
     /// Memory held by the trace-id bloom filters.
     pub bloom_bytes: usize,
+    /// Bytes of the segments' search indexes (in their spans files' footers, counted in
+    /// `segment_bytes` too).
+    pub search_index_bytes: u64,
 }

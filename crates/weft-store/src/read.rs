@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -40,8 +41,20 @@ pub struct SqlResult {
     pub truncated: bool,
 }
 
+/// Span event and span link rows a bounded trace read takes per span of its limit.
+pub const EVENT_ROWS_PER_SPAN: usize = 16;
+
+/// What [`Store::trace_bounded`] read.
+#[derive(Debug, Default)]
+pub struct TraceRead {
+    /// The spans read, ordered by start time.
+    pub spans: Vec<Span>,
+    /// Whether the trace had more rows than the limit (those were not read).
+    pub truncated: bool,
+}
+
 impl Store {
-    fn snapshot(&self) -> Result<Arc<Snapshot>> {
+    pub(crate) fn snapshot(&self) -> Result<Arc<Snapshot>> {
         let st = self.inner.state.read();
         let mut memory: [Vec<RecordBatch>; 4] = Default::default();
         let mut memory_resources = Vec::with_capacity(st.frozen.len() + 1);
@@ -61,10 +74,33 @@ impl Store {
 
     /// All spans of a trace, ordered by start time (empty when unknown).
     pub fn trace(&self, id: TraceId) -> Result<Vec<Span>> {
+        Ok(self.trace_bounded(id, usize::MAX)?.spans)
+    }
+
+    /// At most `max_spans` spans of a trace, ordered by start time: reading stops once more
+    /// than `max_spans` span rows (or [`EVENT_ROWS_PER_SPAN`] times as many span event or
+    /// link rows) have been read, so a huge trace costs no more memory than the limit;
+    /// `truncated` says when it stopped so.
+    pub fn trace_bounded(&self, id: TraceId, max_spans: usize) -> Result<TraceRead> {
         let snap = self.snapshot()?;
+        // One row past the limit tells a trace of exactly `max_spans` spans from a larger one.
+        let spans_limit = max_spans.saturating_add(1);
+        let limits = [
+            spans_limit,
+            spans_limit.saturating_mul(EVENT_ROWS_PER_SPAN),
+            spans_limit.saturating_mul(EVENT_ROWS_PER_SPAN),
+        ];
         let mut parts: [Vec<RecordBatch>; 3] = Default::default();
+        let rows = |p: &[RecordBatch]| p.iter().map(RecordBatch::num_rows).sum::<usize>();
+        let left = |parts: &[Vec<RecordBatch>; 3]| -> [usize; 3] {
+            std::array::from_fn(|t| limits[t] - rows(&parts[t]))
+        };
         for seg in &snap.segments {
-            if let Some(found) = seg.read_trace(&id)? {
+            let budget = left(&parts);
+            if budget.contains(&0) {
+                break;
+            }
+            if let Some(found) = seg.read_trace(&id, budget)? {
                 for (p, f) in parts.iter_mut().zip(found) {
                     p.extend(f);
                 }
@@ -72,8 +108,14 @@ impl Store {
         }
         for (t, p) in parts.iter_mut().enumerate() {
             let mut found = Vec::new();
+            let mut budget = limits[t] - rows(p);
             for b in &snap.memory[t] {
+                if budget == 0 {
+                    break;
+                }
                 if let Some(f) = arrow_rows::filter_trace(b, &id)? {
+                    let f = if f.num_rows() > budget { f.slice(0, budget) } else { f };
+                    budget -= f.num_rows();
                     found.push(f);
                 }
             }
@@ -85,11 +127,14 @@ impl Store {
             }
             p.extend(found);
         }
+        let truncated = left(&parts).contains(&0);
+        self.inner.metrics.trace_rows_read.fetch_add(rows(&parts[0]) as u64, Ordering::Relaxed);
         // A span acknowledged twice (a client's retry) is stored twice: read it once.
         let ([spans, events, links], _) = dedup::dedup_spans(parts)?;
         let mut spans = batches_to_spans(&spans, &events, &links)?;
         spans.sort_by(|a, b| a.start_ns.cmp(&b.start_ns).then(a.span_id.cmp(&b.span_id)));
-        Ok(spans)
+        spans.truncate(max_spans);
+        Ok(TraceRead { spans, truncated })
     }
 
     /// A DataFusion session over a fresh snapshot: tables `spans`, `span_events`,
@@ -110,7 +155,11 @@ impl Store {
     }
 
     fn session_in(&self, runtime: Arc<RuntimeEnv>) -> Result<SessionContext> {
-        let snap = self.snapshot()?;
+        self.session_of(self.snapshot()?, runtime)
+    }
+
+    /// A session over `snap` (a part of a snapshot, for search).
+    pub(crate) fn session_of(&self, snap: Arc<Snapshot>, runtime: Arc<RuntimeEnv>) -> Result<SessionContext> {
         let config = SessionConfig::new()
             .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
             .with_information_schema(true);
@@ -137,7 +186,7 @@ impl Store {
         self.sql_in(ctx, sql, limits.max_rows, limits.max_bytes).await
     }
 
-    async fn sql_in(
+    pub(crate) async fn sql_in(
         &self,
         ctx: SessionContext,
         sql: &str,

@@ -1,12 +1,34 @@
 //! Trace search: the criteria ([`TraceQuery`]), the SQL they become ([`search_sql`]) and
 //! [`Store::search`].
+//!
+//! The indexed plan ([`SearchPlan::Indexed`], the default) runs that SQL over the buffers and
+//! only the segments that may hold a match (time range and operations from the manifest,
+//! durations and an attribute bloom filter from the segment's `search_index`), newest
+//! segments first in rounds of 1, 2, 4… segments, and stops once the remaining segments are
+//! all older than the N-th trace found. The per-round top N merged by each trace's latest
+//! matching span is exactly the top N of the whole store, so its answer is the scan's
+//! ([`SearchPlan::Scan`]: the same SQL over everything, kept as the reference).
 
-use datafusion::arrow::array::{Array, FixedSizeBinaryArray};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use datafusion::arrow::array::{Array, FixedSizeBinaryArray, TimestampNanosecondArray};
 use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
-use crate::query::sql_str;
-use crate::{Store, arrow_rows};
+use crate::query::{Snapshot, sql_str};
+use crate::{Store, arrow_rows, schema, search_index};
+
+/// How a search finds its traces (the results are the same).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SearchPlan {
+    /// Skip segments the indexes rule out, newest first, stop at N traces.
+    #[default]
+    Indexed,
+    /// One SQL query over every segment and buffer (the reference).
+    Scan,
+}
 
 /// Search criteria for traces (all given criteria must hold on one span).
 #[derive(Debug, Clone, Default)]
@@ -33,22 +55,75 @@ pub struct TraceQuery {
 }
 
 impl Store {
-    /// Trace ids matching `q`, newest first (by the latest matching span's start).
+    /// Trace ids matching `q`, newest first (by the latest matching span's start, ties by
+    /// trace id, descending).
     pub async fn search_trace_ids(&self, q: &TraceQuery) -> Result<Vec<TraceId>> {
-        let sql = search_sql(q);
-        let res = self.sql(&sql, q.limit.max(1)).await?;
+        self.search_trace_ids_with(q, SearchPlan::default()).await
+    }
+
+    /// [`Store::search_trace_ids`] by the given plan.
+    pub async fn search_trace_ids_with(&self, q: &TraceQuery, plan: SearchPlan) -> Result<Vec<TraceId>> {
+        let found = match plan {
+            SearchPlan::Scan => self.search_part(self.snapshot()?, q).await?,
+            SearchPlan::Indexed => self.search_indexed(q).await?,
+        };
+        Ok(found.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// The top `q.limit` (trace, latest matching start) of the segments and buffers of `snap`.
+    async fn search_part(&self, snap: Arc<Snapshot>, q: &TraceQuery) -> Result<Vec<(TraceId, i64)>> {
+        let ctx = self.session_of(snap, self.inner.runtime.clone())?;
+        let res = self.sql_in(ctx, &search_sql(q), q.limit.max(1), usize::MAX).await?;
         let mut out = Vec::new();
         for b in &res.batches {
-            let ids = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<FixedSizeBinaryArray>()
-                .ok_or_else(|| StoreError::Decode("search returned no trace ids".into()))?;
+            let ids = b.column(0).as_any().downcast_ref::<FixedSizeBinaryArray>();
+            let latest = b.column(1).as_any().downcast_ref::<TimestampNanosecondArray>();
+            let (Some(ids), Some(latest)) = (ids, latest) else {
+                return Err(StoreError::Decode("search returned no trace ids and times".into()));
+            };
             for i in 0..ids.len() {
-                out.push(arrow_rows::trace_id_at(ids, i));
+                out.push((arrow_rows::trace_id_at(ids, i), latest.value(i)));
             }
         }
         Ok(out)
+    }
+
+    async fn search_indexed(&self, q: &TraceQuery) -> Result<Vec<(TraceId, i64)>> {
+        let snap = self.snapshot()?;
+        let limit = q.limit.max(1);
+        let mut segments: Vec<_> = snap
+            .segments
+            .iter()
+            .filter(|s| search_index::may_match(&s.meta, s.search_index(), q))
+            .cloned()
+            .collect();
+        let newest = |s: &crate::segment::Segment| s.meta.file(schema::SPANS).map_or(0, |f| f.max_time_ns);
+        segments.sort_by_key(|s| std::cmp::Reverse(newest(s)));
+        let mut best: HashMap<TraceId, i64> = HashMap::new();
+        let (mut at, mut round) = (0usize, 1usize);
+        let mut memory = Some((snap.memory.clone(), snap.memory_resources.clone()));
+        loop {
+            let group = segments[at..(at + round).min(segments.len())].to_vec();
+            at += group.len();
+            round *= 2;
+            let (memory, memory_resources) = memory.take().unwrap_or_default();
+            let part = Arc::new(Snapshot { segments: group, memory, memory_resources });
+            for (id, t) in self.search_part(part, q).await? {
+                let e = best.entry(id).or_insert(t);
+                *e = (*e).max(t);
+            }
+            let Some(next) = segments.get(at) else { break };
+            let ranked = rank(&best);
+            if ranked.len() >= limit && i128::from(newest(next)) < i128::from(ranked[limit - 1].1) {
+                break;
+            }
+        }
+        let m = &self.inner.metrics;
+        m.search_segments_read.fetch_add(at as u64, Ordering::Relaxed);
+        m.search_segments_skipped.fetch_add((snap.segments.len() - at) as u64, Ordering::Relaxed);
+        let mut ranked = rank(&best);
+        ranked.truncate(limit);
+        Ok(ranked)
     }
 
     /// Traces matching `q` (each ordered by start time), newest first.
@@ -56,25 +131,40 @@ impl Store {
         self.search_bounded(q, usize::MAX).await
     }
 
+    /// [`Store::search`] by the given plan.
+    pub async fn search_with(&self, q: &TraceQuery, plan: SearchPlan) -> Result<Vec<Vec<Span>>> {
+        self.search_bounded_with(q, usize::MAX, plan).await
+    }
+
     /// [`Store::search`] returning only as many traces (newest first) as hold at most
     /// `max_spans` spans together; fails naming the limit when the newest alone holds more.
     pub async fn search_bounded(&self, q: &TraceQuery, max_spans: usize) -> Result<Vec<Vec<Span>>> {
-        let ids = self.search_trace_ids(q).await?;
+        self.search_bounded_with(q, max_spans, SearchPlan::default()).await
+    }
+
+    async fn search_bounded_with(
+        &self,
+        q: &TraceQuery,
+        max_spans: usize,
+        plan: SearchPlan,
+    ) -> Result<Vec<Vec<Span>>> {
+        let ids = self.search_trace_ids_with(q, plan).await?;
         let store = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut out = Vec::with_capacity(ids.len());
             let mut n = 0usize;
             for id in ids {
-                let t = store.trace(id)?;
-                if n + t.len() > max_spans {
+                // Reading stops past the spans left of the limit: a huge trace is not loaded.
+                let read = store.trace_bounded(id, max_spans - n)?;
+                if read.truncated {
                     if out.is_empty() {
                         return Err(StoreError::Query(format!(
-                            "the newest matching trace holds {} spans, more than the limit of {max_spans} spans",
-                            t.len()
+                            "the newest matching trace holds more than the limit of {max_spans} spans"
                         )));
                     }
                     break;
                 }
+                let t = read.spans;
                 n += t.len();
                 if !t.is_empty() {
                     out.push(t);
@@ -85,6 +175,13 @@ impl Store {
         .await
         .map_err(|e| StoreError::Query(format!("search task: {e}")))?
     }
+}
+
+/// (trace, latest) in the search's order: latest first, ties by trace id descending.
+fn rank(best: &HashMap<TraceId, i64>) -> Vec<(TraceId, i64)> {
+    let mut v: Vec<(TraceId, i64)> = best.iter().map(|(id, t)| (*id, *t)).collect();
+    v.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+    v
 }
 
 /// The SQL [`Store::search_trace_ids`] runs.
@@ -137,7 +234,7 @@ pub fn search_sql(q: &TraceQuery) -> String {
     }
     let filter = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
     format!(
-        "SELECT trace_id, max(start_time) AS latest FROM spans{filter} GROUP BY trace_id ORDER BY latest DESC LIMIT {}",
+        "SELECT trace_id, max(start_time) AS latest FROM spans{filter} GROUP BY trace_id ORDER BY latest DESC, trace_id DESC LIMIT {}",
         q.limit.max(1)
     )
 }

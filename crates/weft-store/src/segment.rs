@@ -39,7 +39,7 @@ use datafusion::parquet::arrow::arrow_reader::{
 };
 use datafusion::parquet::basic::{Compression, Encoding, ZstdLevel};
 use datafusion::parquet::bloom_filter::Sbbf;
-use datafusion::parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, SortingColumn};
+use datafusion::parquet::file::metadata::{KeyValue, PageIndexPolicy, ParquetMetaData, SortingColumn};
 use datafusion::parquet::file::page_index::column_index::ColumnIndexMetaData;
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
 use datafusion::parquet::schema::types::ColumnPath;
@@ -51,6 +51,7 @@ use crate::error::{Result, StoreError, io_err};
 use crate::manifest::{FileMeta, SegmentMeta};
 use crate::resources::{self, ResourceLookup};
 use crate::schema::{self, TABLE_NAMES};
+use crate::search_index::{self, SearchIndex};
 
 /// How segments are written.
 #[derive(Debug, Clone)]
@@ -68,6 +69,9 @@ pub struct WriteOptions {
     /// `resource_ref`; see `resources`). `false` writes every span's resource columns on its
     /// row, as segments written before this layout have them (kept to test reading those).
     pub resource_table: bool,
+    /// Write a search index into the spans file's footer (`search_index`). `false` writes
+    /// segments as weft did before it (kept to test searching those).
+    pub search_index: bool,
 }
 
 impl Default for WriteOptions {
@@ -78,6 +82,7 @@ impl Default for WriteOptions {
             page_rows: 8 * 1024,
             bloom_fpp: 0.01,
             resource_table: true,
+            search_index: true,
         }
     }
 }
@@ -422,6 +427,12 @@ pub(crate) fn write_segment(
 ) -> Result<SegmentMeta> {
     let mut files = Vec::new();
     let mut mem_bytes = 0u64;
+    let spans = &tables[crate::memtable::T_SPANS];
+    let index = if o.search_index && spans.iter().any(|b| b.num_rows() > 0) {
+        Some(SearchIndex::build(spans, resources, &tables[1])?)
+    } else {
+        None
+    };
     for (t, batches) in tables.iter().enumerate() {
         let batches: Vec<&RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).collect();
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
@@ -470,6 +481,9 @@ pub(crate) fn write_segment(
             let (lo, hi) = time_range(t, &chunk);
             (min_t, max_t) = (min_t.min(lo), max_t.max(hi));
             w.write(&chunk).map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
+        }
+        if let Some(ix) = index.as_ref().filter(|_| t == crate::memtable::T_SPANS) {
+            w.append_key_value_metadata(KeyValue::new(search_index::FOOTER_KEY.to_owned(), ix.encode()));
         }
         let file = w.into_inner().map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
         file.sync_all().map_err(io_err("fsync", &path))?;
@@ -561,14 +575,27 @@ impl FileReader {
         Ok(FileReader { path: path.to_owned(), meta, trace_col, blooms, bloom_bytes })
     }
 
+    /// The search index in the footer, if any; a damaged one is logged and ignored (the
+    /// segment is then searched without it).
+    fn search_index(&self) -> Option<SearchIndex> {
+        let kv = self.meta.metadata().file_metadata().key_value_metadata()?;
+        let text = kv.iter().find(|kv| kv.key == search_index::FOOTER_KEY)?.value.as_deref()?;
+        SearchIndex::decode(text)
+            .inspect_err(|reason| {
+                tracing::warn!(file = %self.path.display(), %reason, "unreadable search index, segment searched by scan")
+            })
+            .ok()
+    }
+
     /// Bytes of memory the cached bloom filters take.
     pub fn bloom_bytes(&self) -> usize {
         self.bloom_bytes
     }
 
-    /// Rows whose trace id is `id` (page-level selection from statistics; bloom filters skip
-    /// row groups that cannot hold it).
-    pub fn read_trace(&self, id: &TraceId) -> Result<Vec<RecordBatch>> {
+    /// Rows whose trace id is `id`, at most `limit` of them (page-level selection from
+    /// statistics; bloom filters skip row groups that cannot hold it; reading stops at the
+    /// limit).
+    pub fn read_trace(&self, id: &TraceId, limit: usize) -> Result<Vec<RecordBatch>> {
         let md = self.meta.metadata();
         let Some(tc) = self.trace_col else {
             return Err(StoreError::Decode(format!("{}: no trace_id column", self.path.display())));
@@ -621,9 +648,15 @@ impl FileReader {
             .build()
             .map_err(pq)?;
         let mut out = Vec::new();
+        let mut left = limit;
         for b in reader {
+            if left == 0 {
+                break;
+            }
             let b = b.map_err(|e| StoreError::Parquet { path: self.path.clone(), source: e.into() })?;
             if let Some(f) = filter_trace(&b, id)? {
+                let f = if f.num_rows() > left { f.slice(0, left) } else { f };
+                left -= f.num_rows();
                 out.push(f);
             }
         }
@@ -676,6 +709,8 @@ pub(crate) struct Segment {
     /// The resources file's rows (segments written with `resource_table`), loaded with the
     /// segment.
     resources: Option<RecordBatch>,
+    /// The spans file's search index (none in segments written before it existed).
+    search: Option<SearchIndex>,
     obsolete: AtomicBool,
 }
 
@@ -697,12 +732,14 @@ impl Segment {
             }
             None => None,
         };
+        let search = spans.as_ref().and_then(FileReader::search_index);
         Ok(Segment {
             meta,
             dir: dir.to_owned(),
             spans,
             lazy: Default::default(),
             resources,
+            search,
             obsolete: AtomicBool::new(false),
         })
     }
@@ -733,6 +770,11 @@ impl Segment {
         self.spans.as_ref().map(|s| s.bloom_bytes()).unwrap_or(0)
     }
 
+    /// The search index, when the segment was written with one.
+    pub fn search_index(&self) -> Option<&SearchIndex> {
+        self.search.as_ref()
+    }
+
     fn lazy_reader(&self, slot: usize, table: &str) -> Result<Option<&FileReader>> {
         let Some(f) = self.meta.file(table) else { return Ok(None) };
         let r = self.lazy[slot]
@@ -743,20 +785,21 @@ impl Segment {
         }
     }
 
-    /// The rows of trace `id` in the spans, span events and span links files.
-    pub fn read_trace(&self, id: &TraceId) -> Result<Option<[Vec<RecordBatch>; 3]>> {
+    /// The rows of trace `id` in the spans, span events and span links files, at most
+    /// `limits[t]` of table `t`.
+    pub fn read_trace(&self, id: &TraceId, limits: [usize; 3]) -> Result<Option<[Vec<RecordBatch>; 3]>> {
         let Some(spans) = &self.spans else { return Ok(None) };
-        let s = spans.read_trace(id)?;
+        let s = spans.read_trace(id, limits[0])?;
         if s.is_empty() {
             return Ok(None);
         }
         let s = self.spans_rows(s)?;
         let e = match self.lazy_reader(0, schema::SPAN_EVENTS)? {
-            Some(r) => r.read_trace(id)?,
+            Some(r) => r.read_trace(id, limits[1])?,
             None => Vec::new(),
         };
         let l = match self.lazy_reader(1, schema::SPAN_LINKS)? {
-            Some(r) => r.read_trace(id)?,
+            Some(r) => r.read_trace(id, limits[2])?,
             None => Vec::new(),
         };
         Ok(Some([s, e, l]))

@@ -119,6 +119,7 @@ impl Blocker {
     pub fn handle(&self, msg: Msg) -> Msg {
         let n = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         ev!(BK_COUNT, requests = n);
+        let _baggage = crate::obs::enter_baggage(msg.baggage.as_deref());
         let remote = Remote::extract(msg.traceparent.as_deref());
         let s = span!(BK_REQUEST, Server, remote);
         if on!(ANNOTATIONS) {

@@ -61,6 +61,7 @@ impl Client {
         self.call(&Msg {
             op: Op::Stat,
             traceparent: None,
+            baggage: None,
             volume: volume.to_string(),
             offset: 0,
             len: 0,
@@ -72,6 +73,7 @@ impl Client {
         self.call(&Msg {
             op: Op::Write,
             traceparent: None,
+            baggage: None,
             volume: volume.into(),
             offset,
             len: data.len() as u32,
@@ -83,6 +85,7 @@ impl Client {
         self.call(&Msg {
             op: Op::Read,
             traceparent: None,
+            baggage: None,
             volume: volume.into(),
             offset,
             len,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::net::Pool;
-use crate::obs::Remote;
+use crate::obs::{self, Remote};
 use crate::proto::{Msg, Op};
 use crate::{ev, on, span, tp};
 
@@ -98,6 +98,7 @@ impl Gateway {
         if msg.op == Op::Stat {
             return self.stat(&msg);
         }
+        let _baggage = obs::enter_baggage(msg.baggage.as_deref());
         let t0 = Instant::now();
         let count = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         ev!(GW_COUNT, requests = count);
@@ -146,7 +147,7 @@ impl Gateway {
             if on!(ANNOTATIONS) {
                 fwd.annotate("cs");
             }
-            let out = Msg { traceparent: fwd.traceparent(), ..msg };
+            let out = Msg { traceparent: fwd.traceparent(), baggage: obs::baggage(), ..msg };
             let r = self.next.call(&out);
             if on!(ANNOTATIONS) {
                 fwd.annotate("cr");

@@ -148,6 +148,7 @@ impl Mapper {
     pub fn handle(&self, msg: Msg) -> Msg {
         let n = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         ev!(MP_COUNT, requests = n);
+        let _baggage = crate::obs::enter_baggage(msg.baggage.as_deref());
         let remote = Remote::extract(msg.traceparent.as_deref());
         let s = span!(MP_REQUEST, Server, remote);
         s.kv_u64("len", msg.len as u64);
@@ -191,6 +192,7 @@ impl Mapper {
             let req = Msg {
                 op: msg.op,
                 traceparent: f.traceparent(),
+                baggage: crate::obs::baggage(),
                 volume: object,
                 offset: in_obj,
                 len: msg.len,

@@ -5,6 +5,8 @@
 //! * [`crate::ev!`] records an event; [`crate::on!`] tests a tracepoint.
 //! * [`crate::span!`] begins a span (internal, or `Server`/`Client` with an optional remote
 //!   parent); [`Span`] carries annotations, key/values, endpoints and the `traceparent` to send.
+//! * [`enter_baggage`] scopes a request's incoming baggage to the handling thread, [`baggage`]
+//!   is what to send downstream (both nothing unless a happened-before join query runs).
 
 #[cfg(feature = "probes")]
 #[macro_export]
@@ -129,6 +131,16 @@ mod imp {
         }
     }
 
+    /// Make a request's baggage the thread's until the guard drops.
+    pub fn enter_baggage(header: Option<&str>) -> weft_probe::baggage::Guard {
+        weft_probe::baggage::enter(header)
+    }
+
+    /// The baggage to send downstream.
+    pub fn baggage() -> Option<String> {
+        weft_probe::baggage::header()
+    }
+
     /// Start the probe runtime (segment visible to the agent before the first event).
     pub fn init(service: &str) {
         let mut c = weft_probe::Config::from_env();
@@ -179,6 +191,19 @@ mod imp {
         pub fn is_recording(&self) -> bool {
             false
         }
+    }
+
+    /// Nothing to restore.
+    pub struct BaggageGuard;
+
+    #[inline(always)]
+    pub fn enter_baggage(_header: Option<&str>) -> BaggageGuard {
+        BaggageGuard
+    }
+
+    #[inline(always)]
+    pub fn baggage() -> Option<String> {
+        None
     }
 
     pub fn init(_service: &str) {}

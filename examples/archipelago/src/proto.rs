@@ -4,6 +4,8 @@
 //! u32 LE  frame length (bytes after this word, ≤ MAX_FRAME)
 //! u8      op (READ, WRITE, REPLY, ERROR, STAT)
 //! u8      traceparent length, then the W3C traceparent (0 = none)
+//! u16 LE  baggage length, then the W3C baggage header value (0 = none; carried while a
+//!         happened-before join query runs, see `weft_probe::baggage`)
 //! u16 LE  volume length, then the volume name (UTF-8)
 //! u64 LE  offset
 //! u32 LE  length (bytes to read; data length for WRITE/REPLY)
@@ -43,6 +45,7 @@ impl Op {
 pub struct Msg {
     pub op: Op,
     pub traceparent: Option<String>,
+    pub baggage: Option<String>,
     pub volume: String,
     pub offset: u64,
     pub len: u32,
@@ -51,13 +54,22 @@ pub struct Msg {
 
 impl Msg {
     pub fn reply(data: Vec<u8>, traceparent: Option<String>) -> Msg {
-        Msg { op: Op::Reply, traceparent, volume: String::new(), offset: 0, len: data.len() as u32, data }
+        Msg {
+            op: Op::Reply,
+            traceparent,
+            baggage: None,
+            volume: String::new(),
+            offset: 0,
+            len: data.len() as u32,
+            data,
+        }
     }
 
     pub fn error(text: &str) -> Msg {
         Msg {
             op: Op::Error,
             traceparent: None,
+            baggage: None,
             volume: String::new(),
             offset: 0,
             len: 0,
@@ -68,14 +80,18 @@ impl Msg {
     pub fn encode(&self) -> Vec<u8> {
         let tp = self.traceparent.as_deref().unwrap_or("").as_bytes();
         let tp = &tp[..tp.len().min(255)];
+        let bag = self.baggage.as_deref().unwrap_or("").as_bytes();
+        let bag = &bag[..bag.len().min(u16::MAX as usize)];
         let vol = self.volume.as_bytes();
         let vol = &vol[..vol.len().min(u16::MAX as usize)];
-        let body = 1 + 1 + tp.len() + 2 + vol.len() + 8 + 4 + self.data.len();
+        let body = 1 + 1 + tp.len() + 2 + bag.len() + 2 + vol.len() + 8 + 4 + self.data.len();
         let mut v = Vec::with_capacity(4 + body);
         v.extend_from_slice(&(body as u32).to_le_bytes());
         v.push(self.op as u8);
         v.push(tp.len() as u8);
         v.extend_from_slice(tp);
+        v.extend_from_slice(&(bag.len() as u16).to_le_bytes());
+        v.extend_from_slice(bag);
         v.extend_from_slice(&(vol.len() as u16).to_le_bytes());
         v.extend_from_slice(vol);
         v.extend_from_slice(&self.offset.to_le_bytes());
@@ -105,6 +121,14 @@ impl Msg {
         } else {
             Some(std::str::from_utf8(tp).map_err(|_| "traceparent is not UTF-8".to_string())?.to_string())
         };
+        let r = take(&mut p, 2, "baggage length")?;
+        let bl = u16::from_le_bytes([b[r.start], b[r.start + 1]]) as usize;
+        let bag = &b[take(&mut p, bl, "baggage")?];
+        let baggage = if bl == 0 {
+            None
+        } else {
+            Some(std::str::from_utf8(bag).map_err(|_| "baggage is not UTF-8".to_string())?.to_string())
+        };
         let r = take(&mut p, 2, "volume length")?;
         let vl = u16::from_le_bytes([b[r.start], b[r.start + 1]]) as usize;
         let volume = std::str::from_utf8(&b[take(&mut p, vl, "volume")?])
@@ -119,6 +143,7 @@ impl Msg {
         Ok(Msg {
             op,
             traceparent,
+            baggage,
             volume,
             offset: u64::from_le_bytes(o),
             len: u32::from_le_bytes(l),
@@ -159,6 +184,7 @@ mod tests {
         let m = Msg {
             op: Op::Write,
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+            baggage: Some("gateway.op.write.volume=vol1".into()),
             volume: "vol1".into(),
             offset: 4096,
             len: 3,

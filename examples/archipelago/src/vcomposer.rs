@@ -87,6 +87,7 @@ impl Composer {
     }
 
     fn handle_inner(&self, msg: Msg) -> Msg {
+        let _baggage = crate::obs::enter_baggage(msg.baggage.as_deref());
         let remote = Remote::extract(msg.traceparent.as_deref());
         let s = span!(VC_REQUEST, Server, remote);
         if on!(ANNOTATIONS) {
@@ -125,6 +126,7 @@ impl Composer {
             let req = Msg {
                 op: msg.op,
                 traceparent: o.traceparent(),
+                baggage: crate::obs::baggage(),
                 volume: msg.volume.clone(),
                 offset: at,
                 len: len as u32,

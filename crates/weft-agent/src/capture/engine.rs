@@ -9,7 +9,9 @@
 //! [`weft_sources::perf::pt::NoIntelPt`]'s message. The software backend gives the same
 //! product — the target's function calls and returns per thread, in order, for the period —
 //! from uprobes and uretprobes on the target module's functions (all of them, or those the
-//! `functions` globs match), opened through `weft_sources::perf::Capture` like `weft record`'s.
+//! `functions` globs match), opened through `weft_sources::perf::Capture` like `weft record`'s,
+//! and/or the target's weft-probe tracepoints the request's `tracepoints` selectors match,
+//! switched on for the period and back off at its end ([`super::tracepoints`]).
 //!
 //! **The controller.** Every core's `sched_switch` event runs for the whole period (they
 //! are the scheduler records); a core's function probes are switched on once, when a target
@@ -41,6 +43,7 @@ use weft_sources::perf::pt::{IntelPtPmu, NoIntelPt};
 use weft_sources::perf::{Capture, CaptureConfig, PerfError, Target, uprobe};
 
 use super::alloc::{self, AllocError, Allocator, CaptureId, CoreBuffer};
+use super::tracepoints::{self, Switched};
 use super::usage::{self, UsageError};
 
 /// Shortest period accepted without `force`.
@@ -116,6 +119,9 @@ pub struct CaptureRequest {
     pub module: Option<PathBuf>,
     /// Accept a period outside [`MIN_PERIOD`]..=[`MAX_PERIOD`].
     pub force: bool,
+    /// The target's weft-probe tracepoints switched on for the period, as selectors (`all`, a
+    /// name, a glob, `group:G`, `level:L`); empty = none ([`super::tracepoints`]).
+    pub tracepoints: Vec<String>,
 }
 
 /// Figures of one capture.
@@ -123,6 +129,8 @@ pub struct CaptureRequest {
 pub struct Counters {
     /// Functions probed.
     pub functions: usize,
+    /// weft-probe tracepoints switched on for the period (and off again at its end).
+    pub tracepoints: usize,
     /// Function entries recorded.
     pub calls: u64,
     /// Function returns recorded.
@@ -221,6 +229,9 @@ pub enum CaptureError {
     /// No function to probe, or too many.
     #[error("capture refused: {0}")]
     Functions(String),
+    /// Tracepoints requested that the target does not have (or no weft-probe segment).
+    #[error("capture refused: {0}")]
+    Tracepoints(String),
     /// The request's budget cannot hold one buffer.
     #[error(
         "capture refused: a budget of {budget} bytes is below one minimum per-core buffer of {min} bytes"
@@ -261,6 +272,8 @@ pub enum CaptureError {
 #[derive(Debug, Clone)]
 pub struct Engine {
     alloc: Arc<Mutex<Allocator>>,
+    /// Where the node's weft-probe segments are (for requests naming tracepoints).
+    probe_dir: PathBuf,
 }
 
 /// Gives a capture's buffers back when dropped (on every path out of [`Engine::run`]).
@@ -278,9 +291,15 @@ impl Drop for Grant<'_> {
 }
 
 impl Engine {
-    /// An engine with this allocator.
+    /// An engine with this allocator, switching tracepoints in weft-probe's default segment
+    /// directory.
     pub fn new(alloc: Allocator) -> Engine {
-        Engine { alloc: Arc::new(Mutex::new(alloc)) }
+        Engine { alloc: Arc::new(Mutex::new(alloc)), probe_dir: weft_probe::layout::default_dir() }
+    }
+
+    /// The same, with the weft-probe segments in `dir`.
+    pub fn with_probe_dir(self, dir: impl Into<PathBuf>) -> Engine {
+        Engine { probe_dir: dir.into(), ..self }
     }
 
     /// Bytes held by running captures.
@@ -312,6 +331,7 @@ impl Engine {
             })?,
         };
         let functions = resolve_functions(&module, &req.functions)?;
+        let selectors = tracepoints::parse_selectors(&req.tracepoints)?;
 
         let usage = usage::measure_utilization(USAGE_SAMPLE)?;
         let recent: BTreeSet<u32> =
@@ -346,6 +366,7 @@ impl Engine {
         };
         let mut counters = Counters {
             functions: cfg.uprobes.len(),
+            tracepoints: 0,
             buffer_bytes: allocation.total_bytes(),
             ..Counters::default()
         };
@@ -368,6 +389,13 @@ impl Engine {
             counters.cores_enabled.push((c, at));
             counters.control_ops += 1;
         }
+        let mut switched = if selectors.is_empty() {
+            None
+        } else {
+            let sw = Switched::on(&self.probe_dir, &pids, &selectors)?;
+            counters.tracepoints = sw.count();
+            Some(sw)
+        };
         counters.start_latency = received.elapsed();
         let deadline = Instant::now() + req.period;
 
@@ -391,8 +419,12 @@ impl Engine {
             keep(&cap, &mut batch, &mut events, &capacity, &mut kept, &mut full, &mut counters);
             counters.peak_bytes = counters.peak_bytes.max(rings + held(&kept));
         }
-        // The timer: every event off, then what the rings still hold.
+        // The timer: every event off (the tracepoints back as they were), then what the rings
+        // still hold.
         cap.disable();
+        if let Some(sw) = switched.as_mut() {
+            sw.off();
+        }
         let off = Instant::now();
         counters.stop_latency = off.saturating_duration_since(deadline);
         let end_ns = weft_model::time::now_unix_nanos();

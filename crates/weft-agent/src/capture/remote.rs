@@ -82,6 +82,7 @@ pub fn request_from(cmd: &CaptureCommand) -> Result<CaptureRequest, CaptureError
         functions: cmd.functions.clone(),
         module: cmd.module.as_ref().map(Into::into),
         force: cmd.force,
+        tracepoints: cmd.tracepoints.clone(),
     })
 }
 
@@ -163,6 +164,7 @@ impl Executor {
         out.pids = r.pids.clone();
         (out.start_ns, out.end_ns) = (r.start_ns, r.end_ns);
         (out.calls, out.switches, out.control_ops, out.lost) = (c.calls, c.switches, c.control_ops, c.lost);
+        out.tracepoints = c.tracepoints as u64;
         out.start_latency_us = c.start_latency.as_micros() as u64;
         out.stop_latency_us = c.stop_latency.as_micros() as u64;
         out.full_cores = c.full_cores.clone();

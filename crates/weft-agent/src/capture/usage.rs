@@ -201,6 +201,16 @@ mod tests {
             .env("WEFT_PROBE_DIR", "/elsewhere")
             .spawn()
             .unwrap();
+        // A child is the test's fork until it execs sleep (its environment is ours until then).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for c in [&named, &plain, &other] {
+            let comm = format!("/proc/{}/comm", c.id());
+            while std::fs::read_to_string(&comm).map_or(true, |s| s.trim() != "sleep")
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
         let mut t = declared_targets(dir.path(), 100);
         let capped = declared_targets(dir.path(), 1).len();
         for c in [&mut named, &mut plain, &mut other] {

@@ -2,6 +2,7 @@
 //! two threads, traced with the software backend (uprobes) for bounded periods. Needs root
 //! (perf_event, tracefs uprobes), as `weft record`'s tests do.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Mutex;
@@ -61,6 +62,7 @@ fn request(pid: u32, functions: &[&str]) -> CaptureRequest {
         functions: functions.iter().map(|s| s.to_string()).collect(),
         module: None,
         force: false,
+        tracepoints: Vec::new(),
     }
 }
 
@@ -325,4 +327,222 @@ fn collector_requests_become_engine_requests() {
     tap.offer(&many);
     let (kept, dropped) = tap.take();
     assert_eq!((kept.len(), dropped), (MAX_TAPPED, 5));
+}
+
+weft_probe::tracepoint!(static TP_REQ = "exist_tp.request", Info, group = "exist_tp", fields = [n: u64], flags = [span, default_on]);
+weft_probe::tracepoint!(static TP_STEP = "exist_tp.step", Info, group = "exist_tp", flags = [span]);
+weft_probe::tracepoint!(static TP_NOTE = "exist_tp.note", Info, group = "exist_tp", fields = [n: u64]);
+weft_probe::tracepoint!(static TP_OTHER = "exist_tp.other", Info, group = "exist_tp", fields = [n: u64]);
+
+/// The function the captures probe in the weft-probe target (an unmangled symbol).
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn exist_tp_step(n: u64) -> u64 {
+    let step = weft_probe::span!(TP_STEP);
+    weft_probe::event!(TP_NOTE, n = n);
+    let mut x = n;
+    for k in 0..20_000u64 {
+        x = std::hint::black_box(x.wrapping_add(k & 1));
+    }
+    drop(step);
+    x
+}
+
+/// The weft-probe target, when this binary is re-run as one ([`start_tp`]): requests (a span,
+/// on by default) calling `exist_tp_step` (a span and an event, off by default) and an event
+/// of `exist_tp.other` (off by default), every millisecond for `EXIST_TP_ROLE` seconds.
+#[test]
+fn exist_tp_role() {
+    let Ok(secs) = std::env::var("EXIST_TP_ROLE") else { return };
+    let until = Instant::now() + Duration::from_secs_f64(secs.parse().expect("seconds"));
+    let mut n = 0u64;
+    while Instant::now() < until {
+        let req = weft_probe::span!(TP_REQ, n = n);
+        std::hint::black_box(exist_tp_step(n));
+        weft_probe::event!(TP_OTHER, n = n);
+        drop(req);
+        n += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // leave before libtest prints anything else
+    std::process::exit(0);
+}
+
+struct TpTarget {
+    child: Child,
+}
+
+impl Drop for TpTarget {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the weft-probe target on `probes` and waits until its four tracepoints are there.
+fn start_tp(probes: &Path, secs: f64) -> TpTarget {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "exist::exist_tp_role", "--nocapture", "--test-threads=1"])
+        .env("EXIST_TP_ROLE", secs.to_string())
+        .env("WEFT_PROBE_DIR", probes)
+        .env("WEFT_PROBE_MODE", "shm")
+        .env("WEFT_PROBE_SERVICE", "exist-tp")
+        .spawn()
+        .unwrap();
+    let t = TpTarget { child };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tp_states(probes, t.child.id()).len() < 4 {
+        assert!(Instant::now() < deadline, "the weft-probe target did not register its tracepoints");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t
+}
+
+/// The enabled state of process `pid`'s tracepoints, by name.
+fn tp_states(probes: &Path, pid: u32) -> std::collections::BTreeMap<String, bool> {
+    use weft_probe::consumer::{self, Segment};
+    consumer::discover(probes)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| Segment::open_shared(p).ok())
+        .filter(|s| s.pid() == pid)
+        .flat_map(|s| s.registry().unwrap_or_default())
+        .map(|t| (t.name, t.enabled))
+        .collect()
+}
+
+/// An agent draining `probes` into its spool, shipping nowhere.
+fn spool_agent(dir: &Path) -> (weft_agent::Agent, PathBuf, PathBuf) {
+    let (probes, spool) = (dir.join("probes"), dir.join("spool"));
+    let mut cfg = weft_agent::AgentConfig::new(&probes, &spool);
+    cfg.collector = None;
+    cfg.control_url = None;
+    cfg.metrics_addr = None;
+    cfg.batch_interval = Duration::from_millis(50);
+    (weft_agent::Agent::start(cfg).unwrap(), probes, spool)
+}
+
+/// Every span the agent spooled (after it stopped).
+fn spooled(spool: &Path) -> Vec<weft_model::Span> {
+    use weft_agent::spool::{Spool, SpoolConfig};
+    let s = Spool::open(SpoolConfig::new(spool, 256 * MIB)).unwrap();
+    let mut spans = Vec::new();
+    while let Some(b) = s.next(Duration::from_millis(10)).unwrap() {
+        spans.extend(weft_agent::agent::decode_batch(&b.payload, b.gzip).unwrap());
+        s.ack(&b).unwrap();
+    }
+    spans
+}
+
+#[test]
+fn the_targets_tracepoints_are_on_for_the_period_and_nest_with_its_calls() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, probes, spool) = spool_agent(dir.path());
+    let t = start_tp(&probes, 6.0);
+    let pid = t.child.id();
+    // exist_tp.other switched on beforehand, the way `weft probes enable` does.
+    let cmd = serde_json::from_str(&format!(r#"{{"op":"enable","selector":"exist_tp.other","pid":{pid}}}"#))
+        .unwrap();
+    let res = weft_agent::control::execute(&probes, &cmd, Duration::from_secs(5), "it", "it");
+    assert!(res.processes.iter().all(|p| p.applied) && res.processes.len() == 1, "{res:?}");
+    let before = tp_states(&probes, pid);
+    assert_eq!(before.values().filter(|on| **on).count(), 2, "{before:?}");
+    std::thread::sleep(Duration::from_millis(300));
+
+    let fds = perf_fds();
+    let eng = engine().with_probe_dir(&probes);
+    let mut req = request(pid, &["exist_tp_step"]);
+    req.module = Some(std::env::current_exe().unwrap());
+    req.tracepoints = vec!["exist_tp.*".into()];
+    let r = eng.run(&req, Instant::now()).unwrap_or_else(|e| panic!("{e}"));
+    // Exactly the two that were off went on, and the set before is back.
+    assert_eq!(r.counters.tracepoints, 2);
+    assert_eq!(tp_states(&probes, pid), before);
+    assert_eq!(perf_fds(), fds);
+    assert_eq!(eng.in_use(), 0);
+    std::thread::sleep(Duration::from_millis(300));
+    agent.request_stop();
+    agent.join();
+    drop(t);
+
+    let spans = spooled(&spool);
+    let reqs: std::collections::HashMap<_, _> =
+        spans.iter().filter(|s| s.name == "exist_tp.request").map(|s| (s.span_id, s)).collect();
+    let steps: Vec<&weft_model::Span> = spans.iter().filter(|s| s.name == "exist_tp.step").collect();
+    println!(
+        "exist tracepoints: {} requests, {} step spans in a {:.0} ms capture, {} calls",
+        reqs.len(),
+        steps.len(),
+        (r.end_ns - r.start_ns) as f64 / 1e6,
+        r.counters.calls
+    );
+    assert!(steps.len() > 20, "{} step spans", steps.len());
+    for s in &steps {
+        // Only while the capture ran; inside their request; with their event.
+        assert!(
+            s.start_ns >= r.start_ns && s.start_ns <= r.end_ns,
+            "a step at {} outside the capture",
+            s.start_ns
+        );
+        let parent = s.parent_span_id.and_then(|p| reqs.get(&p));
+        assert!(parent.is_some_and(|p| p.trace_id == s.trace_id), "a step outside its request");
+        assert!(s.events.iter().any(|e| e.name == "exist_tp.note"), "{:?}", s.events);
+    }
+    // exist_tp.other stayed on: its events are in requests after the capture too.
+    let late = reqs
+        .values()
+        .filter(|q| q.start_ns > r.end_ns && q.events.iter().any(|e| e.name == "exist_tp.other"));
+    assert!(late.count() > 10);
+    // The probed calls go into the same requests as the tracepoints' spans.
+    let fs = r.spans(&spans, "it");
+    let calls: Vec<&weft_model::Span> =
+        fs.spans.iter().filter(|s| s.name.contains("exist_tp_step")).collect();
+    assert!(calls.len() > 20, "{} calls", calls.len());
+    let traces: HashSet<_> = steps.iter().map(|s| s.trace_id).collect();
+    let inside = calls.iter().filter(|c| traces.contains(&c.trace_id)).count();
+    assert!(inside * 10 >= calls.len() * 8, "{inside} of {} calls inside requests with steps", calls.len());
+}
+
+#[test]
+fn tracepoints_of_a_target_that_exits_mid_capture_end_cleanly() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, probes, _spool) = spool_agent(dir.path());
+    let mut t = start_tp(&probes, 10.0);
+    let pid = t.child.id();
+    let fds = perf_fds();
+    let eng = engine().with_probe_dir(&probes);
+    let mut req = request(pid, &["exist_tp_step"]);
+    req.module = Some(std::env::current_exe().unwrap());
+    req.tracepoints = vec!["all".into()];
+    req.period = Duration::from_secs(2);
+    // Killed once the capture switched its tracepoints on.
+    let waiter = {
+        let probes = probes.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while tp_states(&probes, pid).get("exist_tp.step") != Some(&true) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = t.child.kill();
+            let _ = t.child.wait();
+            t
+        })
+    };
+    let r = eng.run(&req, Instant::now()).unwrap_or_else(|e| panic!("{e}"));
+    drop(waiter.join().unwrap());
+    assert!(r.counters.target_exited && r.counters.tracepoints == 3, "{:?}", r.counters);
+    assert!(r.end_ns - r.start_ns < req.period.as_nanos() as u64);
+    assert_eq!(perf_fds(), fds);
+    assert_eq!(eng.in_use(), 0);
+    // A target without a weft-probe segment: refused.
+    let other = start(&["--seconds", "3"]);
+    let mut req = request(other.child.id(), &["handle_request"]);
+    req.tracepoints = vec!["all".into()];
+    let m = refused(&eng, &req);
+    assert!(m.contains("has a weft-probe segment in"), "{m}");
+    agent.request_stop();
+    agent.join();
 }

@@ -5,8 +5,10 @@
 #[path = "bpftrace.rs"]
 mod bt;
 mod failure;
+mod redis;
 mod tracepoint;
 mod uprobe;
+mod windows;
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

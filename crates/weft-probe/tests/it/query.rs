@@ -12,6 +12,9 @@ tracepoint!(static MT = "qtest.mt", Debug, group = "qtest", fields = [thread: u6
 tracepoint!(static FULL = "qtest.full", Debug, group = "qtest", fields = [k: u64]);
 tracepoint!(static UNTYPED = "qtest.untyped", Debug, group = "qtest", fields = [v]);
 tracepoint!(static RACE = "qtest.race", Debug, group = "qtest", fields = [thread: u64]);
+tracepoint!(static PF = "qtest.pf", Debug, group = "qtest", fields = [a: u64, b: u64]);
+tracepoint!(static UP = "qtest.up", Debug, group = "qtest", fields = [client: str, n: u64]);
+tracepoint!(static DOWN = "qtest.down", Debug, group = "qtest", fields = [bytes: u64]);
 
 fn field(n: &str) -> Operand {
     Operand::Field(n.into())
@@ -22,7 +25,7 @@ fn agg(kind: AggKind, input: Option<&str>) -> AggSpec {
 }
 
 fn plan(tp: &str, filter: Filter, keys: Vec<Operand>, aggs: Vec<AggSpec>) -> Plan {
-    Plan { tracepoint: tp.into(), filter, keys, aggs, capacity: 1024 }
+    Plan { tracepoint: tp.into(), filter, keys, aggs, capacity: 1024, carry: Vec::new() }
 }
 
 fn s(x: &str) -> KeyValue {
@@ -136,6 +139,126 @@ fn context_keys_and_filters() {
         })
         .unwrap();
     query::detach(q);
+}
+
+/// The two halves of a happened-before join in one process: the upstream plan packs `client`
+/// into the request's baggage, the downstream plan groups by it; a request whose baggage
+/// lacks it does not join, and no baggage appears while no carrying plan is installed.
+#[test]
+fn happened_before_join_through_baggage() {
+    let _g = crate::lock();
+    UP.id();
+    DOWN.id();
+    // nothing installed: the upstream event adds nothing to the context
+    {
+        let _b = weft_probe::baggage::enter(None);
+        event!(UP, client = "alice", n = 1u64);
+        assert_eq!(weft_probe::baggage::header(), None);
+    }
+    let key = "qtest.up.client".to_string();
+    let up = Plan {
+        carry: vec![(key.clone(), field("client"))],
+        ..plan(
+            "qtest.up",
+            Filter::Cmp(field("n"), CmpOp::Gt, Const::Uint(0)),
+            vec![],
+            vec![agg(AggKind::Count, None)],
+        )
+    };
+    let down = plan(
+        "qtest.down",
+        Filter::True,
+        vec![Operand::Baggage(key.clone())],
+        vec![agg(AggKind::Sum, Some("bytes")), agg(AggKind::Count, None)],
+    );
+    let qu = query::install(&up).unwrap();
+    let qd = query::install(&down).unwrap();
+    let request = |client: &str, n: u64, bytes: &[u64]| {
+        // the upstream process: the request arrives without baggage and leaves with it
+        let header = {
+            let _b = weft_probe::baggage::enter(None);
+            event!(UP, client = client, n = n);
+            weft_probe::baggage::header()
+        };
+        // the downstream process (another thread): the baggage arrives with the request
+        let header = header.clone();
+        let bytes = bytes.to_vec();
+        std::thread::spawn(move || {
+            let _b = weft_probe::baggage::enter(header.as_deref());
+            for b in bytes {
+                event!(DOWN, bytes = b);
+            }
+        })
+        .join()
+        .unwrap();
+    };
+    request("alice", 1, &[100, 200]);
+    request("bob, the second", 1, &[7]);
+    request("alice", 1, &[50]);
+    request("carol", 0, &[1000]); // filtered upstream: not carried, so not joined
+    let part = query::collect(qd).unwrap();
+    let got: BTreeMap<Vec<KeyValue>, Vec<State>> = part.groups;
+    let want: BTreeMap<Vec<KeyValue>, Vec<State>> = [
+        (vec![s("alice")], vec![State::Sum(350), State::Count(3)]),
+        (vec![s("bob, the second")], vec![State::Sum(7), State::Count(1)]),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(got, want);
+    assert_eq!(query::collect(qu).unwrap().events, 3, "the upstream plan counts what it carried");
+    query::detach(qu);
+    query::detach(qd);
+    // detached: nothing is carried any more
+    let _b = weft_probe::baggage::enter(None);
+    event!(UP, client = "alice", n = 1u64);
+    assert_eq!(weft_probe::baggage::header(), None);
+}
+
+/// A query whose filter is one comparison of a `u64` field with a small constant sets the
+/// tracepoint's pre-filter (what `event!` checks inline); a second query on the tracepoint,
+/// a constant too large, or enabling the tracepoint for recording turns it off.
+#[test]
+fn one_small_comparison_becomes_the_tracepoints_prefilter() {
+    let _g = crate::lock();
+    PF.id();
+    let count = || vec![agg(AggKind::Count, None)];
+    let q = query::install(&plan(
+        "qtest.pf",
+        Filter::Cmp(field("a"), CmpOp::Ge, Const::Uint(10)),
+        vec![],
+        count(),
+    ))
+    .unwrap();
+    assert!(PF.has_prefilter());
+    assert!(!PF.prefilter_pass(&(3u64, 1u64)) && PF.prefilter_pass(&(10u64, 1u64)));
+    for a in 0..20u64 {
+        event!(PF, a = a, b = 1u64);
+    }
+    assert_eq!(query::collect(q).unwrap().events, 10);
+    let q2 = query::install(&plan(
+        "qtest.pf",
+        Filter::Cmp(field("a"), CmpOp::Lt, Const::Uint(3)),
+        vec![],
+        count(),
+    ))
+    .unwrap();
+    assert!(!PF.has_prefilter(), "two queries: either may want the event");
+    for a in 0..20u64 {
+        event!(PF, a = a, b = 1u64);
+    }
+    assert_eq!(query::collect(q).unwrap().events, 10);
+    assert_eq!(query::collect(q2).unwrap().events, 3);
+    query::detach(q2);
+    assert!(PF.has_prefilter());
+    weft_probe::enable(&"qtest.pf".parse().unwrap());
+    assert!(PF.prefilter_pass(&(3u64, 1u64)), "an enabled tracepoint records every event");
+    weft_probe::disable(&"qtest.pf".parse().unwrap());
+    query::detach(q);
+    assert!(!PF.has_prefilter());
+    let big = Filter::Cmp(field("a"), CmpOp::Ge, Const::Uint(1 << 40));
+    let q3 = query::install(&plan("qtest.pf", big, vec![], count())).unwrap();
+    assert!(!PF.has_prefilter(), "the constant does not fit the pre-filter word");
+    query::detach(q3);
 }
 
 #[test]

@@ -56,3 +56,63 @@ fn windows_are_bounded() {
     assert_eq!(w.windows.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
     assert_eq!(w.late, 1, "window 0 came after window 1 was evicted");
 }
+
+tracepoint!(static GW = "e2e.gateway", Info, fields = [client: str, op: u64]);
+tracepoint!(static BK = "e2e.blocker", Info, fields = [object: str, len: u64]);
+
+/// A happened-before join planned from SQL: the upstream half packs the client into the
+/// request's baggage, the downstream half (another thread, as another process would) sums by
+/// it; the rows come out in the query's shape.
+#[test]
+fn happened_before_join_to_rows() {
+    GW.id();
+    BK.id();
+    let cat =
+        ListCatalog::new().probe("e2e.gateway", GW.fields_spec()).probe("e2e.blocker", BK.fields_spec());
+    let p = plan(
+        "SELECT g.client, b.object, sum(b.len) FROM tp('e2e.gateway') AS g JOIN tp('e2e.blocker') AS b \
+         ON g -> b WHERE g.op = 2 GROUP BY g.client, b.object",
+        &cat,
+    )
+    .unwrap();
+    assert!(p.probe_plan().is_none());
+    let jp = p.join_plans().unwrap();
+    assert_eq!(jp.upstream.carry.len(), 1);
+    let up = query::install(&jp.upstream).unwrap();
+    let down = query::install(&jp.downstream).unwrap();
+    for (client, op, objects) in
+        [("c1", 2u64, &[("o1", 10u64), ("o2", 5)][..]), ("c2", 2, &[("o1", 7)]), ("c3", 1, &[("o1", 99)])]
+    {
+        let header = {
+            let _b = weft_probe::baggage::enter(None);
+            event!(GW, client = client, op = op);
+            weft_probe::baggage::header()
+        };
+        let objects = objects.to_vec();
+        std::thread::spawn(move || {
+            let _b = weft_probe::baggage::enter(header.as_deref());
+            for (object, len) in objects {
+                event!(BK, object = object, len = len);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+    let mut windows = Windows::new(1);
+    windows.add(0, &query::collect(down).unwrap()).unwrap();
+    assert_eq!(query::collect(up).unwrap().events, 2);
+    query::detach(up);
+    query::detach(down);
+    let done = windows.take_before(1);
+    let s = |x: &str| Cell::Key(KeyValue::Str(x.as_bytes().to_vec()));
+    let mut r = rows(&p, &done[0].1);
+    r.sort_by_key(|row| format!("{row:?}"));
+    assert_eq!(
+        r,
+        vec![
+            vec![s("c1"), s("o1"), Cell::Value(Output::Int(10))],
+            vec![s("c1"), s("o2"), Cell::Value(Output::Int(5))],
+            vec![s("c2"), s("o1"), Cell::Value(Output::Int(7))],
+        ]
+    );
+}

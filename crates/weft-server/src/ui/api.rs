@@ -562,37 +562,43 @@ async fn compare(State(state): State<AppState>, Query(p): Query<Params>) -> Resu
     let adj = adjust(&p)?;
     let pa = prepared(&state, ta, adj).await?;
     let pb = prepared(&state, tb, adj).await?;
-    let body = tokio::task::spawn_blocking(move || {
-        let c = compare_traces(&pa.spans, &pb.spans, &CompareOptions::default());
-        let side = |x: &Option<weft_analyze::compare::Side>, p: &Prepared| -> J {
-            match x {
-                None => J::Null,
-                Some(x) => json!({
-                    "count": x.count, "totalNs": x.total_ns, "maxNs": x.max_ns,
-                    "startNs": x.start_off_ns, "endNs": x.end_off_ns, "errors": x.errors,
-                    "spanId": p.spans.get(x.first).map(|s| s.span_id.to_string()),
-                }),
-            }
-        };
-        let nodes: Vec<J> = c
-            .nodes
-            .iter()
-            .map(|n| {
-                json!({
-                    "depth": n.depth, "service": n.service, "name": n.name,
-                    "a": side(&n.a, &pa), "b": side(&n.b, &pb),
-                    "change": n.change, "deltaNs": n.delta_ns,
-                })
-            })
-            .collect();
-        let body = json!({
-            "a": {"traceId": ta.to_string(), "durationNs": c.a_duration_ns, "spans": c.a_spans, "startMs": pa.start_ns as f64 / 1e6, "criticalNs": pa.critical.total_ns()},
-            "b": {"traceId": tb.to_string(), "durationNs": c.b_duration_ns, "spans": c.b_spans, "startMs": pb.start_ns as f64 / 1e6, "criticalNs": pb.critical.total_ns()},
-            "nodes": nodes,
-        });
-        serde_json::to_vec(&body).unwrap_or_default()
+    // A read slot on the SQL runtime, like the other read APIs: not the receivers' workers.
+    let body = crate::api::read(&state, Api::Other, move |_| async move {
+        let task = tokio::task::spawn_blocking(move || compare_json(ta, tb, &pa, &pb));
+        task.await.map_err(|e| weft_store::StoreError::Query(format!("compare task: {e}")))
     })
-    .await
-    .map_err(|e| ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("compare task: {e}") })?;
+    .await?;
     Ok(json_bytes(body))
+}
+
+/// The answer of `compare`.
+fn compare_json(ta: TraceId, tb: TraceId, pa: &Prepared, pb: &Prepared) -> Vec<u8> {
+    let c = compare_traces(&pa.spans, &pb.spans, &CompareOptions::default());
+    let side = |x: &Option<weft_analyze::compare::Side>, p: &Prepared| -> J {
+        match x {
+            None => J::Null,
+            Some(x) => json!({
+                "count": x.count, "totalNs": x.total_ns, "maxNs": x.max_ns,
+                "startNs": x.start_off_ns, "endNs": x.end_off_ns, "errors": x.errors,
+                "spanId": p.spans.get(x.first).map(|s| s.span_id.to_string()),
+            }),
+        }
+    };
+    let nodes: Vec<J> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "depth": n.depth, "service": n.service, "name": n.name,
+                "a": side(&n.a, pa), "b": side(&n.b, pb),
+                "change": n.change, "deltaNs": n.delta_ns,
+            })
+        })
+        .collect();
+    let body = json!({
+        "a": {"traceId": ta.to_string(), "durationNs": c.a_duration_ns, "spans": c.a_spans, "startMs": pa.start_ns as f64 / 1e6, "criticalNs": pa.critical.total_ns()},
+        "b": {"traceId": tb.to_string(), "durationNs": c.b_duration_ns, "spans": c.b_spans, "startMs": pb.start_ns as f64 / 1e6, "criticalNs": pb.critical.total_ns()},
+        "nodes": nodes,
+    });
+    serde_json::to_vec(&body).unwrap_or_default()
 }

@@ -39,11 +39,12 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value as J, json};
 use weft_analyze::breakdown::{BreakdownBuilder, Classifier, GroupBy, Options, WireMode, trace_breakdown};
 use weft_model::{Span, TraceId, Value, conv};
+
+use weft_store::StoreError;
 
 use crate::api::{ApiError, json_bytes};
 use crate::metrics::Api;
@@ -206,14 +207,16 @@ pub async fn handler(State(state): State<AppState>, Query(p): Query<Params>) -> 
     let t0 = Instant::now();
     let req = parse(&p)?;
     let st = state.clone();
-    let body = tokio::task::spawn_blocking(move || compute(&st, req, t0)).await.map_err(|e| ApiError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        message: format!("breakdown task: {e}"),
-    })??;
+    // A read slot on the SQL runtime, like the other read APIs: not the receivers' workers.
+    let body = crate::api::read(&state, Api::Other, move |_| async move {
+        let task = tokio::task::spawn_blocking(move || compute(&st, req, t0));
+        task.await.map_err(|e| StoreError::Query(format!("breakdown task: {e}")))?
+    })
+    .await?;
     Ok(json_bytes(body))
 }
 
-fn compute(state: &AppState, req: Request, t0: Instant) -> Result<Vec<u8>, ApiError> {
+fn compute(state: &AppState, req: Request, t0: Instant) -> Result<Vec<u8>, StoreError> {
     let Request { ids, opts, rules, classifier, adjust } = req;
     let labels: Vec<String> = classifier.labels().into_iter().map(str::to_owned).collect();
     let mut builder = BreakdownBuilder::new(classifier, opts.clone());
@@ -233,7 +236,7 @@ fn compute(state: &AppState, req: Request, t0: Instant) -> Result<Vec<u8>, ApiEr
         let spans: &[Span] = match &cached {
             Some(p) => &p.spans,
             None => {
-                let read = state.store.trace(id).map_err(|e| ApiError::store(state, Api::Other, e))?;
+                let read = state.store.trace(id)?;
                 owned = crate::zipkin::maybe_adjust(read, adjust);
                 &owned
             }

@@ -226,3 +226,62 @@ fn shutdown_does_not_wait_for_a_stuck_request() {
     assert!(!trickler.is_finished(), "shutdown waited for the stuck request (a minute of trickling)");
     let _ = trickler.join();
 }
+
+/// Reads `c` until the server closes it, answering HTTP/2 SETTINGS and PINGs like a live client
+/// that sends no request; false when it is still open after a minute.
+fn closed_while_answering_pings(c: &mut TcpStream) -> bool {
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match c.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return false;
+            }
+            Err(_) => return true,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        // frames: 3-byte length, type, flags, 4-byte stream id, payload
+        while pending.len() >= 9 {
+            let len = usize::from(pending[0]) << 16 | usize::from(pending[1]) << 8 | usize::from(pending[2]);
+            if pending.len() < 9 + len {
+                break;
+            }
+            let (kind, flags) = (pending[3], pending[4]);
+            let answer = match (kind, flags & 1) {
+                (4, 0) => Some([&[0, 0, 0, 4, 1, 0, 0, 0, 0][..]].concat()),
+                (6, 0) => Some([&[0, 0, 8, 6, 1, 0, 0, 0, 0][..], &pending[9..9 + len]].concat()),
+                _ => None,
+            };
+            if let Some(a) = answer
+                && c.write_all(&a).is_err()
+            {
+                return true;
+            }
+            pending.drain(..9 + len);
+        }
+    }
+}
+
+/// A connection that never starts a request is closed after the header timeout: one that sends
+/// nothing (gRPC and HTTP/1 ports), and an HTTP/2 client that sends the preface, answers the
+/// server's pings, but no request's headers.
+#[test]
+fn connections_without_a_request_are_closed() {
+    let s = TestServer::with(|_, c| c.header_timeout = Duration::from_secs(1));
+    for addr in [s.grpc, s.otlp] {
+        let mut silent = TcpStream::connect(addr).unwrap();
+        silent.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let closed = match silent.read(&mut [0u8; 64]) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+        };
+        assert!(closed, "a silent connection to {addr} was kept");
+    }
+    let mut preface = TcpStream::connect(s.grpc).unwrap();
+    preface.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").unwrap();
+    preface.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).unwrap();
+    assert!(closed_while_answering_pings(&mut preface), "an HTTP/2 connection without a request was kept");
+}

@@ -353,44 +353,24 @@ fn heavy_reads_have_their_own_slots_and_do_not_stop_ingest() {
         c.read_concurrency = 1;
         c.read_max_spans = 1_000_000;
     });
-    let mut ids = BTreeSet::new();
-    for seed in 0..8 {
-        let sent = spans(100 + seed, 2500);
-        ids.extend(sent.iter().map(|sp| sp.trace_id.to_string()));
-        let (st, _, _) =
-            s.post("/v1/traces", &[("Content-Type", "application/x-protobuf")], &otlp::encode_proto(&sent));
-        assert_eq!(st, 200);
-    }
+    let ids = load_many(&s);
     let many: Vec<String> = ids.iter().take(weft_server::zipkin::MAX_TRACE_MANY_IDS).cloned().collect();
     let heavy_url = s.url(&format!("/api/v2/traceMany?traceIds={}", many.join(",")));
-    let mut refused = None;
-    for _ in 0..20 {
-        let url = heavy_url.clone();
-        let heavy = std::thread::spawn(move || {
-            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-            agent.get(&url).call().unwrap().status().as_u16()
-        });
-        while s.metric("weft_reads_running") < 1.0 && !heavy.is_finished() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+    let refused = while_slot_held(&s, &heavy_url, || {
         let r = s.agent.get(&s.url("/api/v2/traces?limit=10")).call().unwrap();
-        let st = r.status().as_u16();
+        if r.status().as_u16() != 503 {
+            return None;
+        }
         let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        if st == 503 {
-            // Meanwhile SQL has its own slots and ingest is not held up.
-            let (sql, _, _) = s.post("/api/sql", &[], b"SELECT count(*) FROM spans");
-            let (acked, _, _) = s.post(
-                "/v1/traces",
-                &[("Content-Type", "application/x-protobuf")],
-                &otlp::encode_proto(&spans(99, 50)),
-            );
-            refused = Some((retry, sql, acked));
-        }
-        assert_eq!(heavy.join().unwrap(), 200);
-        if refused.is_some() {
-            break;
-        }
-    }
+        // Meanwhile SQL has its own slots and ingest is not held up.
+        let (sql, _, _) = s.post("/api/sql", &[], b"SELECT count(*) FROM spans");
+        let (acked, _, _) = s.post(
+            "/v1/traces",
+            &[("Content-Type", "application/x-protobuf")],
+            &otlp::encode_proto(&spans(99, 50)),
+        );
+        Some((retry, sql, acked))
+    });
     let (retry, sql, acked) = refused.expect("the heavy read never held the read slot when probed");
     assert_eq!(retry.as_deref(), Some("1"));
     assert_eq!((sql, acked), (200, 200));
@@ -415,4 +395,67 @@ fn heavy_reads_have_their_own_slots_and_do_not_stop_ingest() {
     let got: serde_json::Value = serde_json::from_str(&body).unwrap();
     let spans_back: usize = got.as_array().unwrap().iter().map(|t| t.as_array().unwrap().len()).sum();
     assert!(spans_back <= 10, "{spans_back} spans past read_max_spans");
+}
+
+/// Spans of eight seeds (2500 each) sent; their trace ids.
+fn load_many(s: &TestServer) -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    for seed in 0..8 {
+        let sent = spans(100 + seed, 2500);
+        ids.extend(sent.iter().map(|sp| sp.trace_id.to_string()));
+        let (st, _, _) =
+            s.post("/v1/traces", &[("Content-Type", "application/x-protobuf")], &otlp::encode_proto(&sent));
+        assert_eq!(st, 200);
+    }
+    ids
+}
+
+/// The first `Some` of `probe` in 20 tries, each while a `traceMany` of `heavy_url` holds the
+/// only read slot (it may finish before the probe: then the probe is tried again).
+fn while_slot_held<T>(s: &TestServer, heavy_url: &str, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..20 {
+        let url = heavy_url.to_owned();
+        let heavy = std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+            agent.get(&url).call().unwrap().status().as_u16()
+        });
+        while s.metric("weft_reads_running") < 1.0 && !heavy.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let got = probe();
+        assert_eq!(heavy.join().unwrap(), 200);
+        if got.is_some() {
+            return got;
+        }
+    }
+    None
+}
+
+/// Issue 18: the UI's breakdown and compare do their work in read slots like the other read
+/// APIs (not on the receivers' workers): with the read slots taken they answer 503, also for
+/// traces the trace view has already read (and cached).
+#[test]
+fn breakdown_and_compare_take_read_slots() {
+    let s = TestServer::with(|_, c| {
+        c.read_concurrency = 1;
+        c.read_max_spans = 1_000_000;
+    });
+    let ids: Vec<String> = load_many(&s).into_iter().collect();
+    let (a, b) = (&ids[0], &ids[1]);
+    for id in [a, b] {
+        let (st, body) = s.get(&format!("/api/ui/trace/{id}"));
+        assert_eq!(st, 200, "{body}");
+    }
+    let many = ids[2..].iter().take(weft_server::zipkin::MAX_TRACE_MANY_IDS).cloned().collect::<Vec<_>>();
+    let heavy = s.url(&format!("/api/v2/traceMany?traceIds={}", many.join(",")));
+    for probe in [format!("/api/ui/breakdown?traces={a},{b}"), format!("/api/ui/compare?a={a}&b={b}")] {
+        let (st, body) = s.get(&probe);
+        assert_eq!(st, 200, "{probe}: {body}");
+        let refused = while_slot_held(&s, &heavy, || match s.get(&probe) {
+            (503, _) => Some(()),
+            (200, _) => None,
+            (st, body) => panic!("{probe}: {st} {body}"),
+        });
+        assert!(refused.is_some(), "{probe} ran while the read slot was taken");
+    }
 }

@@ -6,6 +6,7 @@ mod faults;
 mod maintenance;
 mod reads;
 mod resources;
+mod search;
 
 use std::time::Duration;
 

@@ -336,3 +336,33 @@ fn a_query_past_its_own_memory_limit_fails_naming_it() {
     assert!(n >= 3000, "{n}");
     block(store.sql_bounded("SELECT count(*) FROM spans", &limits(64 << 10))).unwrap();
 }
+
+/// Issue 18: a bounded trace read stops at its limit, in segments and in the buffer: it reads
+/// (counted) hardly more rows than the limit of a trace ten times larger, and says it was
+/// truncated; a trace within the limit is read whole and not marked.
+#[test]
+fn bounded_trace_reads_stop_at_the_limit() {
+    use std::sync::atomic::Ordering;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let big: Vec<_> = spans(7, 2000)
+        .into_iter()
+        .map(|mut s| {
+            s.trace_id = TraceId::from_u128(7);
+            s
+        })
+        .collect();
+    let total = big.len();
+    store.append(&big[..total / 2]).unwrap();
+    store.flush().unwrap();
+    store.append(&big[total / 2..]).unwrap();
+    for (limit, truncated) in [(100, true), (total - 1, true), (total, false)] {
+        let before = store.metrics().trace_rows_read.load(Ordering::Relaxed);
+        let read = store.trace_bounded(TraceId::from_u128(7), limit).unwrap();
+        let rows = store.metrics().trace_rows_read.load(Ordering::Relaxed) - before;
+        assert_eq!(read.truncated, truncated, "limit {limit}: {rows} rows, {} spans", read.spans.len());
+        assert_eq!(read.spans.len(), limit, "limit {limit}");
+        assert!(rows <= limit as u64 + 1, "{rows} rows read for a limit of {limit}");
+    }
+    assert_eq!(store.trace(TraceId::from_u128(7)).unwrap().len(), total);
+}

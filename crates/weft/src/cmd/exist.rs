@@ -1,15 +1,20 @@
-//! `weft exist capture`: one EXIST capture on this node — a target's function calls for a
-//! bounded period (weft-agent's capture engine, software backend), woven into the requests
-//! that ran them (`--weave`: the application's spans with `thread.id`) and written to a file,
-//! a data directory and/or a server.
+//! `weft exist capture`: one EXIST capture on this node — a target's function calls (and, with
+//! `--tracepoints`, its weft-probe tracepoints) for a bounded period (weft-agent's capture
+//! engine, software backend), woven into the requests that ran them (`--weave`: the
+//! application's spans with `thread.id`) and written to a file, a data directory and/or a
+//! server. `weft exist plan`: profiling rounds of the collector's coverage optimizer
+//! (`POST /api/control/exist/plan`) — one, or one every `--every` for `--rounds` — printing
+//! which replicas get which period and why.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use weft_agent::capture::alloc::{AllocConfig, Allocator};
 use weft_agent::capture::engine::{Backend, CaptureRequest, CaptureTarget, Cores, Engine};
 use weft_cli::units;
+use weft_control::client::{Collector, PlanRequest};
 use weft_model::codec::stream;
 use weft_sources::perf::exist;
 use weft_weave::sink::SpanSink;
@@ -29,7 +34,41 @@ pub struct Args {
 #[derive(clap::Subcommand, Debug)]
 pub enum Sub {
     /// Trace a target's function calls for a bounded period and weave them into its requests.
-    Capture(CaptureArgs),
+    Capture(Box<CaptureArgs>),
+    /// Ask the collector's coverage optimizer for profiling rounds and print their plans.
+    Plan(PlanArgs),
+}
+
+/// Arguments of `weft exist plan`.
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// The collector's query listener (which serves the control API).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:16686")]
+    pub collector: String,
+    /// File holding the control token (else WEFT_CONTROL_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub control_token_file: Option<PathBuf>,
+    /// The spatial sampler's seed (default: the collector's round number).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Functions the captures probe, as globs (default: every function of each executable).
+    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
+    pub functions: Vec<String>,
+    /// Plan only: print what a round would capture, dispatch nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How long to wait for a round's capture outcomes (0: do not wait).
+    #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
+    pub wait: Duration,
+    /// Start a round this often (timed profiling rounds; with --rounds).
+    #[arg(long, value_parser = units::parse_duration)]
+    pub every: Option<Duration>,
+    /// How many rounds (1 to 10000); SIGINT/SIGTERM stops earlier, between rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub rounds: u64,
+    /// Print each round's answer as JSON (one line per round).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `weft exist capture`.
@@ -67,6 +106,14 @@ pub struct CaptureArgs {
     /// Accept a period outside 0.1-2 s.
     #[arg(long)]
     pub force: bool,
+    /// The target's weft-probe tracepoints to switch on for the period (`all`, names, globs,
+    /// `group:G`, `level:L`; repeatable or comma-separated); the enabled set is restored at
+    /// the end. Their spans reach the node's agent like any other.
+    #[arg(long, value_delimiter = ',', value_name = "SELECTOR")]
+    pub tracepoints: Vec<String>,
+    /// The weft-probe segment directory (default `$WEFT_PROBE_DIR` or `/dev/shm/weft-<uid>`).
+    #[arg(long)]
+    pub probe_dir: Option<PathBuf>,
     /// The application's spans (any readable format) carrying `thread.id`: the function calls
     /// go inside the request span that ran them. Read after the capture.
     #[arg(long, value_name = "FILE")]
@@ -91,7 +138,8 @@ pub struct CaptureArgs {
 /// Runs `weft exist`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
-        Sub::Capture(a) => capture(a),
+        Sub::Capture(a) => capture(*a),
+        Sub::Plan(a) => plan(a),
     }
 }
 
@@ -126,8 +174,12 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         functions: args.functions.clone(),
         module: args.module.clone(),
         force: args.force,
+        tracepoints: args.tracepoints.clone(),
     };
-    let engine = Engine::new(Allocator::new(AllocConfig::default())?);
+    let mut engine = Engine::new(Allocator::new(AllocConfig::default())?);
+    if let Some(d) = &args.probe_dir {
+        engine = engine.with_probe_dir(d);
+    }
     let r = engine.run(&req, received)?;
     let c = &r.counters;
     let cores: Vec<String> =
@@ -143,6 +195,9 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         c.returns,
         c.switches
     );
+    if c.tracepoints > 0 {
+        eprintln!("weft exist: {} weft-probe tracepoints on for the period, then back off", c.tracepoints);
+    }
     eprintln!(
         "weft exist: start latency {:.2} ms, stop latency {:.3} ms; {} control operations (cores switched on: {:?}); peak memory {} of {}",
         c.start_latency.as_secs_f64() * 1e3,
@@ -210,4 +265,112 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
     }
     eprintln!("weft exist: wrote {} spans", spans.len());
     Ok(())
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Sleeps `d` in short steps; false when interrupted.
+fn pause(d: Duration) -> bool {
+    let end = Instant::now() + d;
+    while !INTERRUPTED.load(Ordering::SeqCst) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    false
+}
+
+fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let token = super::control_token(args.control_token_file.as_deref())?;
+    if token.is_empty() {
+        bail!("the control API needs a token: give --control-token-file FILE or set WEFT_CONTROL_TOKEN");
+    }
+    if args.rounds > 1 && args.every.is_none() {
+        bail!("--rounds {} needs --every DURATION (the time between rounds)", args.rounds);
+    }
+    let every = args.every.unwrap_or_default();
+    if args.every.is_some_and(|e| e < Duration::from_secs(1)) {
+        bail!("--every {every:?}: at least 1s between rounds");
+    }
+    let collector = Collector::new(&args.collector, Some(token));
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    for n in 1..=args.rounds {
+        let started = Instant::now();
+        let req = PlanRequest { seed: args.seed, functions: args.functions.clone(), dry_run: args.dry_run };
+        let answer = collector
+            .exist_plan(&req, args.wait)
+            .with_context(|| format!("round {n} of {}: {}", args.rounds, args.collector))?;
+        if args.json {
+            println!("{answer}");
+        } else {
+            print_round(&answer);
+        }
+        if n < args.rounds && !pause(every.saturating_sub(started.elapsed())) {
+            eprintln!("weft exist plan: interrupted after {n} of {} rounds", args.rounds);
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A round's answer, for people: the plan (service, period, replicas), the skipped services
+/// and why, each capture's reason and outcome, the merged profiles.
+fn print_round(a: &serde_json::Value) {
+    let s = |v: &serde_json::Value| v.as_str().unwrap_or("").to_owned();
+    let list = |v: &serde_json::Value| v.as_array().cloned().unwrap_or_default();
+    let round = a["round"].as_u64().unwrap_or(0);
+    let head = if round == 0 { "dry run".to_owned() } else { format!("round {round}") };
+    println!("{head} (seed {})", a["seed"].as_u64().unwrap_or(0));
+    for p in list(&a["plan"]["captures"]) {
+        let replicas: Vec<String> = list(&p["replicas"])
+            .iter()
+            .map(|r| format!("{}/pid {}", s(&r["agent"]), r["pid"].as_u64().unwrap_or(0)))
+            .collect();
+        println!(
+            "  {}: {} ms on {} replica(s): {}",
+            s(&p["service"]),
+            p["period_ms"].as_u64().unwrap_or(0),
+            replicas.len(),
+            replicas.join(", ")
+        );
+    }
+    for k in list(&a["plan"]["skipped"]) {
+        println!("  {}: skipped: {}", s(&k["service"]), s(&k["why"]));
+    }
+    for c in list(&a["captures"]) {
+        println!("  capture {} ({}):", c["id"].as_u64().unwrap_or(0), s(&c["reason"]));
+        for o in list(&c["results"]) {
+            match o["error"].as_str() {
+                Some(e) => println!("    {}: {e}", s(&o["agent"])),
+                None => println!(
+                    "    {}: {} calls, {} spans ({} in requests)",
+                    s(&o["agent"]),
+                    o["calls"].as_u64().unwrap_or(0),
+                    o["spans"].as_u64().unwrap_or(0),
+                    o["in_requests"].as_u64().unwrap_or(0)
+                ),
+            }
+        }
+        if c["complete"] != serde_json::Value::Bool(true) {
+            println!("    (outcomes still pending)");
+        }
+    }
+    for m in list(&a["merged"]) {
+        let total: u64 = m["profile"].as_object().map_or(0, |o| o.values().filter_map(|v| v.as_u64()).sum());
+        println!(
+            "  {} merged over {} replica(s): {total} calls",
+            s(&m["service"]),
+            m["replicas"].as_u64().unwrap_or(0)
+        );
+    }
 }

@@ -257,13 +257,7 @@ fn run_loop(a: RunArgs) -> anyhow::Result<()> {
 
 /// The control token: from --control-token-file, else WEFT_CONTROL_TOKEN.
 fn control_token(a: &RunArgs) -> anyhow::Result<String> {
-    let token = match &a.control_token_file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read the control token from {}", f.display()))?
-            .trim()
-            .to_owned(),
-        None => std::env::var("WEFT_CONTROL_TOKEN").unwrap_or_default(),
-    };
+    let token = super::control_token(a.control_token_file.as_deref())?;
     if token.is_empty() {
         bail!(
             "a live run switches tracepoints, and --publish stores the forest, through the control API: \

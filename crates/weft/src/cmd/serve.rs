@@ -72,8 +72,9 @@ pub struct Args {
     /// Request bytes in flight at once; past it, 429.
     #[arg(long, default_value = "256MiB", value_parser = parse_size)]
     pub max_inflight: u64,
-    /// Longest a client may take to send a request's headers; also how long an idle
-    /// keep-alive connection stays open. Then the connection is closed (slowloris).
+    /// Longest a client may take to send a request's headers; also how long a new connection
+    /// (HTTP/2 and gRPC included) may wait before its first request and an idle keep-alive
+    /// connection stays open. Then the connection is closed (slowloris).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub header_timeout: std::time::Duration,
     /// Longest a client may take to send a request's body; past it, 408 (a trickling body

@@ -256,14 +256,7 @@ fn merged_replicas_fill_each_others_gaps_and_anomalies_capture_every_replica() {
                 .unwrap(),
         ));
     }
-    let get = |path: &str| -> J {
-        let mut r = http()
-            .get(&format!("{}{path}", collector.query()))
-            .header("Authorization", &format!("Bearer {TOKEN}"))
-            .call()
-            .unwrap();
-        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default()
-    };
+    let get = |path: &str| control_get(&collector, path);
     let post = |path: &str, body: &str| -> (u16, J) {
         let mut r = http()
             .post(&format!("{}{path}", collector.query()))
@@ -419,4 +412,126 @@ fn merged_replicas_fill_each_others_gaps_and_anomalies_capture_every_replica() {
     }
     assert_eq!(anomalies().len(), N, "rate limit");
     drop(agents);
+}
+
+/// A GET on the collector's control API (with the token), its JSON answer.
+fn control_get(collector: &super::agent::Collector, path: &str) -> serde_json::Value {
+    let mut r = super::agent::http()
+        .get(&format!("{}{path}", collector.query()))
+        .header("Authorization", &format!("Bearer {}", super::agent::TOKEN))
+        .call()
+        .unwrap();
+    serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap_or_default()
+}
+
+/// The pid of the `weft agent` serving `probe_dir` (from /proc).
+fn agent_pid(probe_dir: &std::path::Path) -> u32 {
+    let want = probe_dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let args: Vec<String> =
+                cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            args.iter().any(|a| a == "agent") && args.contains(&want)
+        })
+        .expect("the agent's process")
+}
+
+/// `weft exist plan`: a dry run prints the plan; timed rounds (`--every`, `--rounds`) capture
+/// the replica once per round; a long series stops on SIGINT between rounds, nothing more is
+/// dispatched, and the agent holds no perf event afterwards.
+#[test]
+fn timed_profiling_rounds_through_weft_exist_plan() {
+    use super::agent::{AgentProc, Collector, TOKEN, wait_for};
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let collector = Collector::start(&dir.path().join("data"));
+    let probes = dir.path().join("probes");
+    let _agent = AgentProc::start(&probes, &dir.path().join("spool"), &collector, &["--name", "plan-node"]);
+    let bin = weft_testkit::compile_c("examples/exist/requests.c", dir.path());
+    let server = Server(
+        Command::new(&bin)
+            .arg(dir.path().join("app.jsonl"))
+            .args(["--seconds", "120"])
+            .env("WEFT_PROBE_DIR", &probes)
+            .env("WEFT_PROBE_SERVICE", "requests")
+            .spawn()
+            .unwrap(),
+    );
+    let pid = server.0.id();
+    let get = |path: &str| control_get(&collector, path);
+    wait_for("the agent polling and reporting its replica", Duration::from_secs(60), || {
+        get("/api/control/agents").as_array().is_some_and(|a| {
+            a.iter().any(|x| {
+                x["polling"] == true && x["report"]["targets"].as_array().is_some_and(|t| t.len() == 1)
+            })
+        })
+    });
+    let plan = |args: &[&str]| {
+        let mut c = Command::new(super::agent::WEFT);
+        c.args(["exist", "plan", "--collector", &collector.query(), "--functions", "handle_request,lookup"])
+            .args(args)
+            .env("WEFT_CONTROL_TOKEN", TOKEN);
+        c
+    };
+    let captures = || get("/api/control/captures").as_array().map_or(0, Vec::len);
+
+    let out = plan(&["--dry-run"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(text.contains("dry run"), "{text}");
+    assert!(
+        text.contains("requests: ") && text.contains(&format!("on 1 replica(s): plan-node/pid {pid}")),
+        "{text}"
+    );
+    assert_eq!(captures(), 0, "a dry run dispatches nothing");
+
+    // Two rounds, 2 s apart, each capturing the replica.
+    let out = plan(&["--every", "2s", "--rounds", "2"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    for r in ["round 1 ", "round 2 "] {
+        assert!(text.contains(r), "{text}");
+    }
+    let calls: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("plan-node: ")?.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(calls.len() == 2 && calls.iter().all(|&c| c > 0), "{calls:?}\n{text}");
+    assert_eq!(captures(), 2);
+
+    // A long series, stopped after its first round.
+    let mut child = plan(&["--every", "3s", "--rounds", "1000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.starts_with("round 3 "), "{first}");
+    // The round's outcome lines, then SIGINT while it waits for the next.
+    for l in lines.by_ref() {
+        if l.unwrap().contains("plan-node:") {
+            break;
+        }
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("interrupted after 1 of 1000 rounds"), "{err}");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(captures(), 3, "no round after the stop");
+    // The agent released its events.
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", agent_pid(&probes)))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().contains("perf_event"))
+        .count();
+    assert_eq!(fds, 0);
 }

@@ -23,10 +23,10 @@ use serde_json::Value;
 
 use crate::agent::{http, wait_for};
 
-const TOKEN: &str = "live-s3cret";
+pub const TOKEN: &str = "live-s3cret";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
-pub(crate) const KINDS: [&str; 3] = ["read", "write", "sync"];
-pub(crate) const QUERY: &str =
+pub const KINDS: [&str; 3] = ["read", "write", "sync"];
+pub const QUERY: &str =
     "SELECT kind, count(*), sum(len), min(len), max(len) FROM tp('livetest.op') GROUP BY kind INTERVAL 1s";
 
 weft_probe::tracepoint!(static OP = "livetest.op", Debug, fields = [kind: str, len: u64]);
@@ -68,7 +68,7 @@ fn emitter_role() {
     std::process::exit(0);
 }
 
-pub(crate) struct Kill(Child);
+pub struct Kill(pub Child);
 
 impl Drop for Kill {
     fn drop(&mut self) {
@@ -77,7 +77,7 @@ impl Drop for Kill {
     }
 }
 
-pub(crate) fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
+pub fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
     let exe = std::env::current_exe().expect("test binary");
     Kill(
         Command::new(exe)
@@ -95,7 +95,7 @@ pub(crate) fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Ki
 
 /// `weft serve`; returns the OTLP/HTTP base (the agents' `--collector`) and the query
 /// listener's base (the control API).
-fn collector(data: &Path) -> (Kill, String, String) {
+pub fn collector(data: &Path) -> (Kill, String, String) {
     let (port, query_port) = (weft_testkit::free_port(), weft_testkit::free_port());
     let child = Command::new(WEFT)
         .args(["serve", "--otlp-grpc", "off", "--zipkin", "off"])
@@ -117,7 +117,7 @@ fn collector(data: &Path) -> (Kill, String, String) {
 }
 
 /// `weft agent` over `probe_dir`, shipping to `otlp`, in the control exchange of `base` with `token`.
-pub(crate) fn agent(
+pub fn agent(
     probe_dir: &Path,
     spool: &Path,
     (otlp, base): (&str, &str),
@@ -142,7 +142,7 @@ pub(crate) fn agent(
     )
 }
 
-pub(crate) fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
+pub fn call(method: &str, url: &str, token: Option<&str>, body: Option<&str>) -> (u16, Value) {
     let h = http();
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut r = match (method, body) {
@@ -216,7 +216,7 @@ fn total_events(a: &Agg) -> u64 {
     a.values().map(|v| v.0).sum()
 }
 
-pub(crate) fn markers(dir: &Path, suffix: &str) -> Vec<String> {
+pub fn markers(dir: &Path, suffix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(Result::ok)
@@ -227,13 +227,8 @@ pub(crate) fn markers(dir: &Path, suffix: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Deploy [`QUERY`] once the collector knows the tracepoint; the results once every expected
-/// event is in closed windows.
-fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents: &[&str]) -> (u64, Value) {
-    wait_for("the agents to report the tracepoint's schema", Duration::from_secs(60), || {
-        call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {QUERY}"))).0
-            == 200
-    });
+/// Wait until every one of `agents` takes part in the collector's live exchange.
+pub fn wait_agents(base: &str, agents: &[&str]) {
     wait_for("every agent in the live exchange", Duration::from_secs(60), || {
         let v = call("GET", &format!("{base}/api/control/queries"), Some(TOKEN), None).1;
         let live: Vec<&str> = v["agents"]
@@ -245,6 +240,16 @@ fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents
             .collect();
         agents.iter().all(|a| live.contains(a))
     });
+}
+
+/// Deploy [`QUERY`] once the collector knows the tracepoint; the results once every expected
+/// event is in closed windows.
+fn run_query(base: &str, want: &Agg, marker_dir: &Path, processes: usize, agents: &[&str]) -> (u64, Value) {
+    wait_for("the agents to report the tracepoint's schema", Duration::from_secs(60), || {
+        call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {QUERY}"))).0
+            == 200
+    });
+    wait_agents(base, agents);
     let (st, v) = call("POST", &format!("{base}/api/control/queries?wait=5s"), Some(TOKEN), Some(QUERY));
     assert_eq!(st, 201, "{v}");
     let id = v["id"].as_u64().expect("query id");
@@ -432,4 +437,74 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         })
         .collect();
     assert_eq!(total, expected(&[(40, 9)]), "{text}");
+}
+
+/// Pivot Tracing's happened-before join on archipelago, live: the collector deploys the
+/// query's two halves through an agent; the gateway packs each write's volume (one per
+/// client) into the request's baggage, which travels gateway → volume composer → mapper →
+/// blocker; the blocker's `blocker.io.submit` sums bytes by it. Every client writes a known
+/// number of writes of known sizes, so the per-client totals at the blocker are exact.
+#[test]
+fn happened_before_join_on_archipelago() {
+    const HB: &str = "SELECT g.volume, sum(b.len), count(*) FROM tp('gateway.op.write') AS g \
+                      JOIN tp('blocker.io.submit') AS b ON g -> b GROUP BY g.volume INTERVAL 1s";
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("probes");
+    std::fs::create_dir_all(&dir).expect("probe dir");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    let (_serve, otlp, base) = collector(&tmp.path().join("data"));
+    let cluster = crate::agent::cluster_with(tmp.path(), &dir, "");
+    let _agent = agent(&dir, &tmp.path().join("spool"), (&otlp, &base), "node-hb", TOKEN);
+    wait_for("the tracepoints' schemas at the collector", Duration::from_secs(60), || {
+        call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {HB}"))).0
+            == 200
+    });
+    let (st, v) = call("POST", &format!("{base}/api/control/queries?wait=5s"), Some(TOKEN), Some(HB));
+    assert_eq!(st, 201, "{v}");
+    assert!(v["started_ms"]["node-hb"].is_u64(), "the agent runs the query: {v}");
+    let id = v["id"].as_u64().expect("query id");
+
+    // client i writes `writes` blocks of `size` bytes to its own volume; one also reads
+    // (reads reach the blocker without the gateway's pack: not joined)
+    let clients: [(&str, u64, usize); 3] =
+        [("client-a", 5, 4096), ("client-b", 3, 1536), ("client-c", 8, 512)];
+    let want: BTreeMap<String, (i64, u64)> =
+        clients.iter().map(|(c, n, size)| (c.to_string(), ((*n as usize * size) as i64, *n))).collect();
+    std::thread::scope(|s| {
+        for (volume, n, size) in clients {
+            let gw = cluster.gateway;
+            s.spawn(move || {
+                let mut c = archipelago::client::Client::connect(gw).expect("connect");
+                for i in 0..n {
+                    let r = c.write(volume, i * size as u64, &vec![i as u8 + 1; size]).expect("write");
+                    assert!(r.ok, "write {i} of {volume}: {:?}", r.error);
+                }
+                let r = c.read(volume, 0, size as u32).expect("read");
+                assert!(r.ok, "read of {volume}: {:?}", r.error);
+            });
+        }
+    });
+    let url = format!("{base}/api/control/queries/{id}/results?windows=600");
+    let mut got = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let (st, v) = call("GET", &url, Some(TOKEN), None);
+        assert_eq!(st, 200, "{v}");
+        let rows = v["total"]["rows"].as_array().cloned().unwrap_or_default();
+        got = rows
+            .iter()
+            .map(|r| {
+                let volume = r[0].as_str().unwrap_or_else(|| panic!("volume in {r}")).to_string();
+                (volume, (r[1].as_i64().expect("sum"), r[2].as_u64().expect("count")))
+            })
+            .collect();
+        if got == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(got, want, "per-client bytes at the blocker");
+    let (st, _) = call("DELETE", &format!("{base}/api/control/queries/{id}?wait=5s"), Some(TOKEN), None);
+    assert_eq!(st, 200);
+    cluster.stop();
 }

@@ -17,6 +17,7 @@ mod explore;
 mod faults;
 mod import_ctf;
 mod import_probe;
+mod live_kernel;
 mod live_query;
 mod lttng_live;
 mod peers;
