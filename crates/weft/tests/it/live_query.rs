@@ -117,13 +117,7 @@ pub fn collector(data: &Path) -> (Kill, String, String) {
 }
 
 /// `weft agent` over `probe_dir`, shipping to `otlp`, in the control exchange of `base` with `token`.
-pub fn agent(
-    probe_dir: &Path,
-    spool: &Path,
-    (otlp, base): (&str, &str),
-    name: &str,
-    token: &str,
-) -> Kill {
+pub fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str, token: &str) -> Kill {
     Kill(
         Command::new(WEFT)
             .arg("agent")
