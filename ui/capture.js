@@ -2,7 +2,7 @@
 // the control token) for a bounded capture of a service's function calls on every agent that
 // runs it, then shows the capture's state (queued, running, per agent: calls, spans, error)
 // until every targeted agent has answered.
-import { h, control, errorBox, fmtInt, tokenField } from './util.js';
+import { h, control, errorBox, fill, fmtInt, tokenField } from './util.js';
 
 /** A capture form for `service`: period, token, button, state. */
 export function captureBox(service) {
@@ -59,7 +59,8 @@ function show(c, state) {
   const phase = c.complete ? 'complete' : targets.length ? 'running' : 'queued';
   state.dataset.capture = String(c.id);
   state.dataset.state = phase;
-  state.replaceChildren(
+  fill(
+    state,
     h('p.cap-phase', h('b', `capture #${c.id}: ${phase}`), ` · ${targets.length} agent${targets.length === 1 ? '' : 's'} targeted, ${results.length} answered`),
     c.warning ? h('p.warn', c.warning) : null,
     results.length

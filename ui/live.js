@@ -3,7 +3,7 @@
 // (GET /api/control/queries/{id}/results every second: the latest windows, the total, each
 // agent's state) and stop it (DELETE /api/control/queries/{id}). The queries this collector
 // knows, running and ended, are listed to watch.
-import { h, control, errorBox, fmtInt, fmtTime, href, replaceParams, tokenField } from './util.js';
+import { h, control, errorBox, fill, fmtInt, fmtTime, href, replaceParams, tokenField } from './util.js';
 
 const EXAMPLE = "SELECT count(*) FROM tp('blocker.write') INTERVAL 1s";
 const REFRESH_MS = 1000;
@@ -113,7 +113,8 @@ function render(r, out, stop) {
       h('thead', h('tr', r.columns.map((c) => h('th', c)))),
       h('tbody', rows.map((row) => h('tr', row.map((v) => (typeof v === 'number' ? h('td.num', fmtInt(v)) : h('td', v === null ? '–' : typeof v === 'object' ? JSON.stringify(v) : String(v))))))),
     );
-  out.replaceChildren(
+  fill(
+    out,
     h(
       'div.live-head',
       { dataset: { id: String(r.id), state: r.state } },

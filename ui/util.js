@@ -25,6 +25,13 @@ export function h(spec, attrs, ...children) {
   return el;
 }
 
+/** Replaces `el`'s children as `h` appends them (arrays flattened; null, undefined and false
+ * skipped), which the DOM's own replaceChildren does not: it would print them as text. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+}
+
 function append(el, children) {
   for (const c of children) {
     if (c === null || c === undefined || c === false) continue;

@@ -39,6 +39,11 @@ function check(cond, msg) {
 async function go(hash) {
   await page.goto(`${cfg.url}/${hash}`);
 }
+// A rendered part shows no value the DOM printed for want of an element ("null", "[object …]").
+async function noStrayText(sel) {
+  const text = await page.locator(sel).first().innerText();
+  check(!/\bnull\b|\[object /.test(text), `${sel} shows a stray value: ${JSON.stringify(text)}`);
+}
 async function traceReady(id) {
   await page.waitForFunction((id) => {
     const v = window.__weftTraceView && window.__weftTraceView();
@@ -486,14 +491,35 @@ try {
   await page.click('#live-start');
   await page.waitForSelector('.live-head[data-state="running"]');
   check(/[?&]id=\d+/.test(page.url()), 'the watched query is in the URL');
-  await page.waitForSelector(`.live-total[data-events="${cfg.live.events}"]`, { timeout: 60000 });
-  const liveTotal = await page.$$eval('.live-total tbody tr', (rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
+  // The total merges closed windows only, so the render that first shows all the events also
+  // lists the window(s) holding them among the latest (later, the agent's empty windows push
+  // them out of the five shown): read both from that one render.
+  const live = await (
+    await page.waitForFunction(
+      (n) => {
+        const total = document.querySelector(`.live-total[data-events="${n}"]`);
+        if (!total) return null;
+        const cells = (el) => [...el.querySelectorAll('tbody tr')].map((r) => [...r.children].map((c) => c.textContent));
+        return { total: cells(total), windows: [...document.querySelectorAll('.live-window')].map((w) => ({ events: Number(w.dataset.events), rows: cells(w) })) };
+      },
+      cfg.live.events,
+      { timeout: 60000 },
+    )
+  ).jsonValue();
   const perKind = cfg.live.events / cfg.live.kinds.length;
   for (const k of cfg.live.kinds) {
-    const row = liveTotal.find((r) => r[0] === k);
-    check(row && row[1] === String(perKind), `total row for ${k}: ${JSON.stringify(liveTotal)}`);
+    const row = live.total.find((r) => r[0] === k);
+    check(row && row[1] === String(perKind), `total row for ${k}: ${JSON.stringify(live.total)}`);
+  }
+  const withEvents = live.windows.filter((w) => w.events > 0);
+  const inWindows = withEvents.reduce((n, w) => n + w.events, 0);
+  check(inWindows === cfg.live.events, `the closed windows listed hold the ${cfg.live.events} events: ${JSON.stringify(live.windows)}`);
+  for (const k of cfg.live.kinds) {
+    const n = withEvents.flatMap((w) => w.rows).filter((r) => r[0] === k).reduce((a, r) => a + Number(r[1]), 0);
+    check(n === perKind, `count(*) of ${k} over the windows listed: ${JSON.stringify(live.windows)}`);
   }
   check((await page.locator(`.live-agents .chip[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent and its state shown');
+  await noStrayText('.live-out');
   await shot('21-live-query');
   await page.click('.live-stop');
   await page.waitForSelector('.live-head[data-state="removed"]');
@@ -511,6 +537,7 @@ try {
   await box.locator('button.cap-go').click();
   await box.locator('.cap-state[data-state="complete"]').waitFor({ timeout: 60000 });
   check((await box.locator(`.cap-results tr[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent\'s outcome shown');
+  await noStrayText('aside.detail section.capture .cap-state');
   await shot('22-capture-span');
   await go('#/search');
   await page.waitForSelector(`#search-form select[name="service"] option[value="${cfg.capture.service}"]`, { state: 'attached' });
