@@ -6,8 +6,9 @@ import * as compare from './compare.js';
 import * as deps from './deps.js';
 import * as sql from './sql.js';
 import * as explore from './explore.js';
+import * as live from './live.js';
 
-const VIEWS = { search, trace, compare, deps, sql, explore };
+const VIEWS = { search, trace, compare, deps, sql, explore, live };
 const view = document.getElementById('view');
 let current = null;
 

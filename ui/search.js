@@ -1,6 +1,7 @@
 // Search: criteria form (state in the URL), sortable result list, a duration-over-time scatter,
 // selection of two traces to compare.
 import { breakdownPanel } from './breakdown.js';
+import { captureBox } from './capture.js';
 import { h, api, fmtDur, fmtTime, fmtAgo, fmtInt, colour, href, errorBox, spinner, shortId } from './util.js';
 
 const SORTS = {
@@ -61,7 +62,8 @@ function form(params) {
     ),
     h('div.row2', input('start', 'From (epoch ms)', 'optional'), input('end', 'To (epoch ms)', 'now')),
     h('label.field', h('span', 'Limit'), h('input', { name: 'limit', type: 'number', min: 1, max: 1000, placeholder: '50' })),
-    h('div.actions', h('button.primary', { type: 'submit' }, 'Search'), h('button', { type: 'button', onclick: reset }, 'Reset')),
+    h('div.actions', h('button.primary', { type: 'submit' }, 'Search'), h('button', { type: 'button', onclick: reset }, 'Reset'), h('button#svc-capture', { type: 'button', title: 'Capture the selected service\'s function calls for a bounded period (EXIST)', onclick: openCapture }, 'Capture…')),
+    h('div.svc-capture-slot'),
   );
   queueMicrotask(() => fill(params));
   return f;
@@ -110,6 +112,14 @@ async function loadServices() {
   fillSel(f.elements.service, state.services.services, 'all services');
   fillSel(f.elements.component, state.services.components, 'any');
   fillNames(state.params.get('name') || '');
+}
+
+/** Opens the capture form for the selected service (EXIST), below the criteria. */
+function openCapture(e) {
+  const f = e.target.form;
+  const slot = f.querySelector('.svc-capture-slot');
+  const svc = f.elements.service.value;
+  slot.replaceChildren(svc ? captureBox(svc) : h('p.warn', 'Choose a service to capture.'));
 }
 
 function submit(e) {

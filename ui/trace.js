@@ -2,6 +2,7 @@
 // spans scroll like 100), a minimap to zoom and pan, the critical path, span details with
 // annotations and links, and link arrows that can be followed across components and traces.
 import { breakdownPanel } from './breakdown.js';
+import { captureBox } from './capture.js';
 import { h, api, fmtDur, fmtTime, fmtInt, colour, href, route, replaceParams, errorBox, spinner, shortId, toast, ANNOTATIONS } from './util.js';
 
 const RH = 24; // row height, px
@@ -581,6 +582,7 @@ async function showDetail(i) {
           ),
         )
       : null,
+    sp.kind === 'server' && sp.service ? captureBox(sp.service) : null,
     h('section.d-sec', h('h4', `Resource (${sp.resource.length})`), kv(sp.resource)),
     sp.scope.name ? h('section.d-sec', h('h4', 'Instrumentation scope'), h('p', h('code', sp.scope.name), sp.scope.version ? ` ${sp.scope.version}` : '')) : null,
     ].filter(Boolean),

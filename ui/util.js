@@ -25,6 +25,13 @@ export function h(spec, attrs, ...children) {
   return el;
 }
 
+/** Replaces `el`'s children as `h` appends them (arrays flattened; null, undefined and false
+ * skipped), which the DOM's own replaceChildren does not: it would print them as text. */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+}
+
 function append(el, children) {
   for (const c of children) {
     if (c === null || c === undefined || c === false) continue;
@@ -179,3 +186,37 @@ export const ANNOTATIONS = {
   ws: 'wire send',
   wr: 'wire receive',
 };
+
+const TOKEN_KEY = 'weft.controlToken';
+
+/** The control API's bearer token field, shared by every control action (kept for this tab only). */
+export function tokenField() {
+  let v = '';
+  try {
+    v = sessionStorage.getItem(TOKEN_KEY) || '';
+  } catch (e) {
+    /* storage off: the field holds it for this page only */
+  }
+  const input = h('input.token', { type: 'password', name: 'token', value: v, placeholder: 'control token', autocomplete: 'off', spellcheck: 'false', 'aria-label': 'Control token' });
+  input.addEventListener('input', () => {
+    try {
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    } catch (e) {
+      /* storage off */
+    }
+  });
+  return h('label.field.token-field', h('span', 'Token'), input);
+}
+
+/** A call of the control API with the token from {@link tokenField}. */
+export function control(path, opts = {}) {
+  let token = '';
+  try {
+    token = sessionStorage.getItem(TOKEN_KEY) || '';
+  } catch (e) {
+    /* storage off */
+  }
+  const input = document.querySelector('input.token');
+  if (!token && input) token = input.value.trim();
+  return api(path, { ...opts, headers: { ...(opts.headers || {}), authorization: `Bearer ${token}` } });
+}

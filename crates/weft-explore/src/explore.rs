@@ -21,7 +21,11 @@
 //!
 //! A request type is done when an epoch with its traces left nothing to enable and no
 //! hypothesis waits for its `+` / `~` nodes (groups predictable, or every problem edge as
-//! narrow as the search space allows). The loop ends when every type is done, the backend
+//! narrow as the search space allows). A done type costs nothing more — unless
+//! [`Options::recheck_every`] is set (live runs that keep watching): then every K epochs after
+//! it was done its traces are fetched and analysed again with the tracepoints already on, and
+//! when a group's CV (or a consistently slow group) calls for a tracepoint again the type
+//! resumes. The loop ends when every type is done (never while re-checking), the backend
 //! has no more traces, or after [`Options::max_epochs`]; then it disables everything it
 //! enabled. Memory is bounded: one epoch's traces (capped), and the forest's summaries.
 
@@ -92,6 +96,10 @@ pub struct Options {
     pub key_p: f64,
     /// Smallest |Pearson r| of the key with an edge's latency to pursue it: 0.7.
     pub key_edge_r: f64,
+    /// Re-check a done request type every this many epochs (with the tracepoints already on)
+    /// and resume it when it calls for a tracepoint again; `None` (the default): a done type is
+    /// not looked at again and the loop ends once every type is done.
+    pub recheck_every: Option<u64>,
 }
 
 impl Default for Options {
@@ -106,6 +114,7 @@ impl Default for Options {
             key_r: 0.5,
             key_p: 0.01,
             key_edge_r: 0.7,
+            recheck_every: None,
         }
     }
 }
@@ -149,6 +158,8 @@ struct TreeState {
     enabled: BTreeSet<String>,
     pending: Vec<usize>,
     found: BTreeSet<(Principle, Vec<String>)>,
+    /// The epoch it was last found done.
+    done_at: Option<u64>,
 }
 
 /// A key on a path: the tracepoint exposing it, its name, its correlation with the edge.
@@ -271,12 +282,16 @@ impl<'s> Explorer<'s> {
             let mut candidates = Vec::new();
             let mut analysed = BTreeSet::new();
             for rt in self.types.clone() {
-                if self.forest.trees.get(&rt).is_some_and(|t| t.done) {
+                let rechecking = self.forest.trees.get(&rt).is_some_and(|t| t.done);
+                if rechecking && !self.recheck_due(&rt, epoch) {
                     continue;
                 }
                 let traces = backend.traces(&rt, &window, budget.traces_per_epoch)?;
                 if traces.is_empty() {
                     continue;
+                }
+                if rechecking && let Some(tree) = self.forest.trees.get_mut(&rt) {
+                    tree.rechecks += 1;
                 }
                 analysed.insert(rt.clone());
                 self.epoch_of_type(&rt, &window, &traces, &mut candidates)?;
@@ -293,7 +308,7 @@ impl<'s> Explorer<'s> {
                     format!("{}: {e}", c.url(weft_control::client::FOREST_ROUTE))
                 });
             }
-            if self.forest.trees.values().all(|t| t.done) {
+            if self.options.recheck_every.is_none() && self.forest.trees.values().all(|t| t.done) {
                 break;
             }
         }
@@ -307,6 +322,15 @@ impl<'s> Explorer<'s> {
             return Err(Error::NeverOccurred(t.request_type.clone()));
         }
         Ok(report)
+    }
+
+    /// Whether done type `rt` is due for a re-check in `epoch`.
+    fn recheck_due(&self, rt: &str, epoch: u64) -> bool {
+        let done_at = self.state.get(rt).and_then(|s| s.done_at);
+        match (self.options.recheck_every, done_at) {
+            (Some(k), Some(d)) if epoch > d => (epoch - d).is_multiple_of(k),
+            _ => false,
+        }
     }
 
     fn report(&self) -> Report {
@@ -588,11 +612,21 @@ impl<'s> Explorer<'s> {
             }
         }
         for rt in analysed {
-            if let (Some(st), Some(tree)) = (self.state.get(rt), self.forest.trees.get_mut(rt))
-                && !wants.contains(rt)
-                && st.pending.is_empty()
-            {
+            let (Some(st), Some(tree)) = (self.state.get_mut(rt), self.forest.trees.get_mut(rt)) else {
+                continue;
+            };
+            if !wants.contains(rt) && st.pending.is_empty() {
+                if !tree.done {
+                    st.done_at = Some(epoch);
+                }
                 tree.done = true;
+            } else if tree.done {
+                tracing::info!(
+                    request_type = rt.as_str(),
+                    "epoch {epoch}: re-check calls for tracepoints again; resuming"
+                );
+                tree.done = false;
+                tree.resumed += 1;
             }
         }
         Ok(())

@@ -218,6 +218,12 @@ pub struct Tree {
     pub keys: Vec<KeyReport>,
     /// Whether the loop is done with it.
     pub done: bool,
+    /// Epochs in which it was re-checked after being done (`Options::recheck_every`).
+    #[serde(default)]
+    pub rechecks: u64,
+    /// Times a re-check resumed it.
+    #[serde(default)]
+    pub resumed: u64,
 }
 
 /// The forest, with the global state of the loop.
@@ -358,12 +364,17 @@ impl Forest {
         for t in self.trees.values() {
             let _ = writeln!(
                 out,
-                "\n{} — {} traces, {} hypotheses, {} findings{}",
+                "\n{} — {} traces, {} hypotheses, {} findings{}{}",
                 t.request_type,
                 t.traces,
                 t.hypotheses.len(),
                 t.findings.len(),
-                if t.done { " (done)" } else { "" }
+                if t.done { " (done)" } else { "" },
+                if t.rechecks > 0 {
+                    format!(", re-checked {} times, resumed {}", t.rechecks, t.resumed)
+                } else {
+                    String::new()
+                }
             );
             if let Some(root) = &t.root {
                 node_lines(&mut out, "  ", "root", root);

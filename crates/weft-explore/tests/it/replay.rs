@@ -202,3 +202,58 @@ fn bins_split_groups() {
     let tree = &ex.forest().trees[CHECKOUT];
     assert!(tree.hypotheses.iter().any(|h| h.principle == Principle::Key && h.key.as_deref() == Some(KEY)));
 }
+
+/// Catalog requests, quiet for the first `quiet` traces; after that every other one waits
+/// 12 ms more at the end of `catalog.scan` (everything from that instant on is shifted).
+fn catalog_turning_erratic(quiet: usize) -> impl Iterator<Item = Vec<weft_model::Span>> {
+    const DELAY: u64 = 12_000_000;
+    Generator::new(Shape::default(), 2).filter(|t| t[0].name == CATALOG).enumerate().map(move |(i, mut t)| {
+        if i >= quiet && i % 2 == 0 {
+            let at = t.iter().find(|s| s.name == "catalog.scan").unwrap().end_ns;
+            for s in &mut t {
+                for ts in [&mut s.start_ns, &mut s.end_ns] {
+                    if *ts >= at {
+                        *ts += DELAY;
+                    }
+                }
+                s.events.iter_mut().filter(|e| e.time_ns >= at).for_each(|e| e.time_ns += DELAY);
+            }
+        }
+        t
+    })
+}
+
+#[test]
+fn a_done_request_type_is_rechecked_and_resumes_when_its_variance_returns() {
+    let space = learn(Shape::default(), 200);
+    let run = |recheck_every: Option<u64>| {
+        let o = Options {
+            request_types: vec![CATALOG.to_owned()],
+            max_epochs: Some(20),
+            recheck_every,
+            ..options(Strategy::Hierarchical)
+        };
+        // 100 catalog requests per epoch: quiet for epochs 0–5, erratic from epoch 6 on
+        let mut backend =
+            Replay::new(catalog_turning_erratic(600), 100, space.always_on.clone(), known(&space));
+        let mut ex = Explorer::new(&space, o).unwrap();
+        let report = ex.run(&mut backend).unwrap();
+        assert!(backend.enabled().is_empty(), "shut-down disables everything the loop enabled");
+        (report, ex.forest().trees[CATALOG].clone())
+    };
+    // Without re-checks the quiet type is done after its first epoch and never looked at again.
+    let (report, tree) = run(None);
+    assert_eq!((report.epochs, tree.traces, tree.rechecks, tree.hypotheses.len()), (1, 100, 0, 0));
+    // Re-checked every 2 epochs with the skeleton on: epochs 2 and 4 find it quiet (and fetch
+    // nothing in epochs 1, 3, 5); epoch 6's re-check sees the variance and resumes it, and the
+    // loop localizes the wait to catalog.scan.
+    let (report, tree) = run(Some(2));
+    assert_eq!(report.epochs, 20);
+    let first = tree.hypotheses.first().unwrap_or_else(|| panic!("never resumed: {tree:?}"));
+    assert_eq!(first.epoch, 6, "{:?}", tree.hypotheses);
+    assert_eq!(first.principle, Principle::Variance);
+    let f = report.findings.iter().find(|f| f.principle == Principle::Variance);
+    assert_eq!(f.map(|f| f.tracepoints[0].as_str()), Some("catalog.scan"), "{:#?}", report.findings);
+    // Done again once localized, it is only re-checked: epochs 0, 2, 4, 6, 7, then every other.
+    assert_eq!((tree.resumed, tree.rechecks, tree.traces), (1, 9, 100 * 11), "{tree:?}");
+}

@@ -42,6 +42,8 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     asset!("sql.js", "text/javascript; charset=utf-8"),
     asset!("breakdown.js", "text/javascript; charset=utf-8"),
     asset!("explore.js", "text/javascript; charset=utf-8"),
+    asset!("live.js", "text/javascript; charset=utf-8"),
+    asset!("capture.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Routes: the UI page, its assets, its JSON API.

@@ -84,6 +84,8 @@ fn forest() -> Forest {
         findings: vec![finding],
         keys: Vec::new(),
         done: true,
+        rechecks: 0,
+        resumed: 0,
     };
     Forest {
         epochs: 2,

@@ -148,6 +148,11 @@ pub struct RunArgs {
     /// Stop after this many epochs.
     #[arg(long)]
     pub max_epochs: Option<u64>,
+    /// Keep watching: re-check a done request type every K epochs (with the tracepoints
+    /// already on) and resume it when its groups call for a tracepoint again; the run then
+    /// ends only at --max-epochs, Ctrl-C or the end of the replayed traces.
+    #[arg(long, value_name = "K")]
+    pub recheck_every: Option<u64>,
     /// CV threshold of a predictable group.
     #[arg(long, default_value_t = 0.10)]
     pub cv: f64,
@@ -275,6 +280,7 @@ fn options(a: &RunArgs) -> Options {
         request_types: a.request_types.clone(),
         max_epochs: a.max_epochs,
         min_share: a.min_share,
+        recheck_every: a.recheck_every.filter(|&k| k > 0),
         ..Options::default()
     }
 }

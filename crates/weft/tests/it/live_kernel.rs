@@ -65,7 +65,7 @@ fn agents_run_uprobe_queries_in_the_kernel_and_free_everything_on_removal() {
             std::fs::create_dir_all(&dir).expect("probe dir");
             std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
                 .expect("chmod");
-            agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name)
+            agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name, TOKEN)
         })
         .collect();
     wait_agents(&base, &names);

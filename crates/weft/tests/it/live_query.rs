@@ -29,8 +29,8 @@ use crate::agent::{http, wait_for};
 
 pub const TOKEN: &str = "live-s3cret";
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
-const KINDS: [&str; 3] = ["read", "write", "sync"];
-const QUERY: &str =
+pub const KINDS: [&str; 3] = ["read", "write", "sync"];
+pub const QUERY: &str =
     "SELECT kind, count(*), sum(len), min(len), max(len) FROM tp('livetest.op') GROUP BY kind INTERVAL 1s";
 
 weft_probe::tracepoint!(static OP = "livetest.op", Debug, fields = [kind: str, len: u64]);
@@ -81,7 +81,7 @@ impl Drop for Kill {
     }
 }
 
-fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
+pub fn emitter(probe_dir: &Path, markers: &Path, n: u64, seed: u64) -> Kill {
     let exe = std::env::current_exe().expect("test binary");
     Kill(
         Command::new(exe)
@@ -120,7 +120,8 @@ pub fn collector(data: &Path) -> (Kill, String, String) {
     (Kill(child), format!("http://127.0.0.1:{port}"), base)
 }
 
-pub fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str) -> Kill {
+/// `weft agent` over `probe_dir`, shipping to `otlp`, in the control exchange of `base` with `token`.
+pub fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &str, token: &str) -> Kill {
     Kill(
         Command::new(WEFT)
             .arg("agent")
@@ -128,7 +129,7 @@ pub fn agent(probe_dir: &Path, spool: &Path, (otlp, base): (&str, &str), name: &
             .arg(probe_dir)
             .arg("--spool-dir")
             .arg(spool)
-            .args(["--collector", otlp, "--control-url", base, "--control-token", TOKEN])
+            .args(["--collector", otlp, "--control-url", base, "--control-token", token])
             .args(["--name", name, "--linger", "0s"])
             .args(["--metrics", &format!("127.0.0.1:{}", weft_testkit::free_port())])
             .env("WEFT_LOG", "warn")
@@ -213,7 +214,7 @@ fn total_events(a: &Agg) -> u64 {
     a.values().map(|v| v.0).sum()
 }
 
-fn markers(dir: &Path, suffix: &str) -> Vec<String> {
+pub fn markers(dir: &Path, suffix: &str) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(Result::ok)
@@ -304,7 +305,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
         for (n, seed) in specs {
             procs.push(emitter(&dir, &marks, *n, *seed));
         }
-        agents.push(agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name));
+        agents.push(agent(&dir, &tmp.path().join(format!("spool-{name}")), (&otlp, &base), name, TOKEN));
     }
     let all: Vec<(u64, u64)> = nodes.iter().flat_map(|(_, s)| s.iter().copied()).collect();
     let want = expected(&all);
@@ -402,7 +403,7 @@ fn three_agents_sum_to_the_cluster_and_to_one_agent() {
     std::fs::create_dir_all(&solo).expect("probe dir");
     std::fs::set_permissions(&solo, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let procs: Vec<Kill> = all.iter().map(|(n, s)| emitter(&solo, &marks2, *n, *s)).collect();
-    let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), (&otlp, &base), "solo");
+    let _solo_agent = agent(&solo, &tmp.path().join("spool-solo"), (&otlp, &base), "solo", TOKEN);
     let (id, res) = run_query(&base, &want, &marks2, procs.len(), &["solo"], Some("solo_run"));
     assert_eq!(rows(&res["total"]), want, "single-agent result: {res}");
     assert_eq!(rows(&res["by_agent"]["solo"]), want, "{res}");
@@ -540,7 +541,7 @@ fn happened_before_join_on_archipelago() {
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
     let (_serve, otlp, base) = collector(&tmp.path().join("data"));
     let cluster = crate::agent::cluster_with(tmp.path(), &dir, "");
-    let _agent = agent(&dir, &tmp.path().join("spool"), (&otlp, &base), "node-hb");
+    let _agent = agent(&dir, &tmp.path().join("spool"), (&otlp, &base), "node-hb", TOKEN);
     wait_for("the tracepoints' schemas at the collector", Duration::from_secs(60), || {
         call("POST", &format!("{base}/api/control/queries"), Some(TOKEN), Some(&format!("EXPLAIN {HB}"))).0
             == 200

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use weft_model::{Span, TraceId};
 
+use crate::live_query;
+
 const BIG_SPANS: usize = 100_000;
 
 struct Server {
@@ -37,6 +39,10 @@ impl Drop for Server {
 
 /// The control token `weft serve` runs with (the forest is published through the control API).
 const TOKEN: &str = "ui-test-token";
+/// Events the live query's traced process emits.
+const LIVE_EVENTS: u64 = 30;
+/// The agent's name.
+const LIVE_AGENT: &str = "ui-agent";
 
 fn start_server() -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -335,6 +341,31 @@ fn web_ui_in_headless_chromium() {
     let explore_dir = tempfile::tempdir().expect("explore dir");
     let findings = explore_forest(explore_dir.path(), &server, &otlp_url);
 
+    // Control actions: one agent over one traced process (live_query's emitter), which emits
+    // LIVE_EVENTS events once the live query the browser starts is installed in it, then
+    // waits for the browser's Stop to detach it. Captures go to the same agent.
+    let live_dir = tempfile::tempdir().expect("live dir");
+    let (probes, marks) = (live_dir.path().join("probes"), live_dir.path().join("markers"));
+    for d in [&probes, &marks] {
+        std::fs::create_dir_all(d).expect("live dirs");
+    }
+    std::fs::set_permissions(&probes, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    let _emitter = live_query::emitter(&probes, &marks, LIVE_EVENTS, 1);
+    let spool = live_dir.path().join("spool");
+    let _agent = live_query::agent(&probes, &spool, (&server.otlp, &server.url), LIVE_AGENT, TOKEN);
+    crate::agent::wait_for("the agent to report the emitter's tracepoint", Duration::from_secs(60), || {
+        let explain = format!("EXPLAIN {}", live_query::QUERY);
+        live_query::call("POST", &format!("{}/api/control/queries", server.url), Some(TOKEN), Some(&explain))
+            .0
+            == 200
+    });
+    // A SERVER span of a checkout trace: its service is what the Capture buttons target.
+    let capture = shop
+        .iter()
+        .flatten()
+        .find(|s| s.trace_id.to_string() == compare[0] && s.kind == weft_model::SpanKind::Server)
+        .expect("a checkout trace has a SERVER span");
+
     let shots = screenshots_dir();
     let profile = tempfile::tempdir().expect("profile dir");
     let cfg = serde_json::json!({
@@ -346,6 +377,18 @@ fn web_ui_in_headless_chromium() {
         "bigSpans": BIG_SPANS,
         "compare": compare,
         "explore": findings,
+        "live": {
+            "token": TOKEN,
+            "query": live_query::QUERY,
+            "events": LIVE_EVENTS,
+            "kinds": live_query::KINDS,
+            "agent": LIVE_AGENT,
+        },
+        "capture": {
+            "trace": capture.trace_id.to_string(),
+            "span": capture.span_id.to_string(),
+            "service": capture.service_name(),
+        },
         "ping": {
             "rounds": PING_ROUNDS,
             "trace": ping[1].to_string(),
@@ -398,6 +441,24 @@ fn web_ui_in_headless_chromium() {
         "browser tests failed (see the output above and {}/zz-failure.png)",
         shots.display()
     );
+    // The browser's Stop detached the query in the traced process (its tables freed); its two
+    // Capture clicks reached the control API with the service and the periods chosen.
+    crate::agent::wait_for("the emitter to see its query removed", Duration::from_secs(30), || {
+        !live_query::markers(&marks, ".detached").is_empty()
+    });
+    assert_eq!(live_query::markers(&marks, ".detached"), ["freed"]);
+    let (st, caps) =
+        live_query::call("GET", &format!("{}/api/control/captures", server.url), Some(TOKEN), None);
+    assert_eq!(st, 200, "{caps}");
+    let mut periods: Vec<u64> = caps
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["capture"]["service"] == capture.service_name())
+        .filter_map(|c| c["capture"]["period_ms"].as_u64())
+        .collect();
+    periods.sort_unstable();
+    assert_eq!(periods, [300, 500], "{caps}");
     let passed = lines.iter().filter(|l| l.starts_with("ok ")).count();
     assert!(passed >= 20, "only {passed} browser steps reported ok");
 }

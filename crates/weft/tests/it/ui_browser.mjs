@@ -39,6 +39,11 @@ function check(cond, msg) {
 async function go(hash) {
   await page.goto(`${cfg.url}/${hash}`);
 }
+// A rendered part shows no value the DOM printed for want of an element ("null", "[object …]").
+async function noStrayText(sel) {
+  const text = await page.locator(sel).first().innerText();
+  check(!/\bnull\b|\[object /.test(text), `${sel} shows a stray value: ${JSON.stringify(text)}`);
+}
 async function traceReady(id) {
   await page.waitForFunction((id) => {
     const v = window.__weftTraceView && window.__weftTraceView();
@@ -476,6 +481,73 @@ try {
   await page.waitForSelector('aside.detail:not([hidden]) dl.d-facts');
   await shot('18-big-trace-find');
   ok('100,000-span trace opens, scrolls, collapses');
+
+  // 11. Live queries: start one with the control token, watch its windows fill, stop it.
+  step = 'live query';
+  await go('#/live');
+  check((await page.locator('nav a.active[data-nav="live"]').count()) === 1, 'Live is the active nav entry');
+  await page.fill('input.token', cfg.live.token);
+  await page.fill('#live-input', cfg.live.query);
+  await page.click('#live-start');
+  await page.waitForSelector('.live-head[data-state="running"]');
+  check(/[?&]id=\d+/.test(page.url()), 'the watched query is in the URL');
+  // The total merges closed windows only, so the render that first shows all the events also
+  // lists the window(s) holding them among the latest (later, the agent's empty windows push
+  // them out of the five shown): read both from that one render.
+  const live = await (
+    await page.waitForFunction(
+      (n) => {
+        const total = document.querySelector(`.live-total[data-events="${n}"]`);
+        if (!total) return null;
+        const cells = (el) => [...el.querySelectorAll('tbody tr')].map((r) => [...r.children].map((c) => c.textContent));
+        return { total: cells(total), windows: [...document.querySelectorAll('.live-window')].map((w) => ({ events: Number(w.dataset.events), rows: cells(w) })) };
+      },
+      cfg.live.events,
+      { timeout: 60000 },
+    )
+  ).jsonValue();
+  const perKind = cfg.live.events / cfg.live.kinds.length;
+  for (const k of cfg.live.kinds) {
+    const row = live.total.find((r) => r[0] === k);
+    check(row && row[1] === String(perKind), `total row for ${k}: ${JSON.stringify(live.total)}`);
+  }
+  const withEvents = live.windows.filter((w) => w.events > 0);
+  const inWindows = withEvents.reduce((n, w) => n + w.events, 0);
+  check(inWindows === cfg.live.events, `the closed windows listed hold the ${cfg.live.events} events: ${JSON.stringify(live.windows)}`);
+  for (const k of cfg.live.kinds) {
+    const n = withEvents.flatMap((w) => w.rows).filter((r) => r[0] === k).reduce((a, r) => a + Number(r[1]), 0);
+    check(n === perKind, `count(*) of ${k} over the windows listed: ${JSON.stringify(live.windows)}`);
+  }
+  check((await page.locator(`.live-agents .chip[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent and its state shown');
+  await noStrayText('.live-out');
+  await shot('21-live-query');
+  await page.click('.live-stop');
+  await page.waitForSelector('.live-head[data-state="removed"]');
+  await page.click('#live-refresh');
+  await page.waitForSelector('table.live-queries tbody tr');
+  ok(`live query: started, ${cfg.live.events} events over ${cfg.live.kinds.length} groups in its windows, stopped`);
+
+  // 12. Capture: from a trace's SERVER span, then from a service chosen in the search form.
+  step = 'capture';
+  await go(`#/trace/${cfg.capture.trace}?span=${cfg.capture.span}`);
+  const box = page.locator(`aside.detail section.capture[data-service="${cfg.capture.service}"]`);
+  await box.waitFor();
+  await box.locator('.cap-period').fill('300');
+  await box.locator('input.token').fill(cfg.live.token);
+  await box.locator('button.cap-go').click();
+  await box.locator('.cap-state[data-state="complete"]').waitFor({ timeout: 60000 });
+  check((await box.locator(`.cap-results tr[data-agent="${cfg.live.agent}"]`).count()) === 1, 'the agent\'s outcome shown');
+  await noStrayText('aside.detail section.capture .cap-state');
+  await shot('22-capture-span');
+  await go('#/search');
+  await page.waitForSelector(`#search-form select[name="service"] option[value="${cfg.capture.service}"]`, { state: 'attached' });
+  await page.selectOption('#search-form select[name="service"]', cfg.capture.service);
+  await page.click('#svc-capture');
+  const sbox = page.locator(`.svc-capture-slot section.capture[data-service="${cfg.capture.service}"]`);
+  await sbox.locator('button.cap-go').click();
+  await sbox.locator('.cap-state[data-state="complete"]').waitFor({ timeout: 60000 });
+  await shot('23-capture-service');
+  ok(`capture: ${cfg.capture.service} from its SERVER span and from the search form, each answered by ${cfg.live.agent}`);
 
   check(consoleErrors.length === 0, `browser console errors: ${consoleErrors.join(' | ')}`);
   ok('no console errors');
