@@ -87,6 +87,9 @@ impl Seaweed {
             .arg(format!("-s3.port={s3}"))
             .arg(format!("-s3.config={}", d.join("s3.json").display()))
             .arg("-master.volumeSizeLimitMB=64")
+            // Their fixed default ports (8181, 9101) would collide between tests run at once.
+            .arg("-s3.port.iceberg=0")
+            .arg("-s3.port.lance=0")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(d.join("weed.log")).unwrap())
             .spawn()
