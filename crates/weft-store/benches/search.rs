@@ -44,7 +44,7 @@ fn build(dir: &std::path::Path, n: usize, start_ns: u64) -> Samples {
             pending.extend(shop.trace());
         }
         let batch: Vec<_> = pending.drain(..512).collect();
-        if rng.chance(0.01) {
+        if rng.chance(0.01) || samples.durations.len() < 8 {
             let s = &batch[rng.below(batch.len() as u64) as usize];
             samples.durations.push(s.duration_ns());
             if let Some(kv) = batch.iter().flat_map(|s| &s.attributes.0).find(|kv| kv.key == "client.address")
@@ -125,8 +125,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let n: usize = env("WEFT_BENCH_SPANS", 10_000_000);
-    let queries: usize = env("WEFT_BENCH_QUERIES", 120);
+    // Under `cargo test` a smoke run: both plans still agree on a small store.
+    let (n, queries) = if common::measuring() { (10_000_000, 120) } else { (40_000, 7) };
+    let n: usize = env("WEFT_BENCH_SPANS", n);
+    let queries: usize = env("WEFT_BENCH_QUERIES", queries);
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::env::var_os("WEFT_BENCH_DIR")
         .map(std::path::PathBuf::from)

@@ -118,7 +118,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench -- --list` (criterion-style discovery): nothing to list.
     }
-    let n: usize = env("WEFT_BENCH_SPANS", 1_000_000);
+    let n: usize = env("WEFT_BENCH_SPANS", if common::measuring() { 1_000_000 } else { 100_000 });
     let keep = std::env::var_os("WEFT_BENCH_DIR");
     let tmp = tempfile::tempdir().unwrap();
     let dir = keep.map(std::path::PathBuf::from).unwrap_or_else(|| tmp.path().to_owned());

@@ -123,7 +123,9 @@ fn process_cpu_ns() -> u64 {
 }
 
 fn main() {
-    let traces: u64 = std::env::var("WEFT_BENCH_TRACES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    // `cargo bench` passes --bench; under `cargo test --all-targets` a smoke run of 500.
+    let default = if std::env::args().any(|a| a == "--bench") { 100_000 } else { 500 };
+    let traces: u64 = std::env::var("WEFT_BENCH_TRACES").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     let dir = tempfile::tempdir().expect("temporary directory");
     let store = Store::open(StoreConfig::new(dir.path())).expect("store opens");
     let mut rng = Rng(15);
@@ -133,7 +135,16 @@ fn main() {
         batch.extend(trace(i, &mut rng));
         if batch.len() >= 49 * 512 || i + 1 == traces {
             spans += batch.len();
-            store.append(&batch).expect("append");
+            // Waits while flushes catch up (the store refuses past its buffer limit).
+            loop {
+                match store.append(&batch) {
+                    Ok(()) => break,
+                    Err(weft_store::StoreError::Overloaded { .. }) => {
+                        std::thread::sleep(std::time::Duration::from_millis(5))
+                    }
+                    Err(e) => panic!("append: {e}"),
+                }
+            }
             batch.clear();
         }
     }

@@ -1,5 +1,11 @@
 //! Helpers the benchmarks share.
 
+/// Run by `cargo bench` (which passes `--bench`), not as a smoke test by `cargo test
+/// --all-targets`, where the benches only show they still run, on a small size.
+pub fn measuring() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
 /// `k` from the environment, parsed, or `d`.
 pub fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
