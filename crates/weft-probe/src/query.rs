@@ -42,6 +42,9 @@
 //! * Per-thread state is a bounded open-addressing table; a full table drops the event and
 //!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
 //!   quantile sketch) take one table entry per (group, bucket) hit.
+//! * A plan whose keys are all typed scalars and whose aggregates are not bucketed (count, sum,
+//!   min, max, avg) updates its one entry in a small function specialized on the key's word
+//!   count; text passed for such a key field takes the general update (it groups as text).
 //! * A thread takes its own table with plain stores and a compiler fence where the process
 //!   could register for Linux's `membarrier` (the collector then pays the fence; see
 //!   [`asymmetric`]), with a compare-exchange otherwise. While [`collect`] swaps a thread's
