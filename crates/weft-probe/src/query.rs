@@ -42,6 +42,9 @@
 //! * Per-thread state is a bounded open-addressing table; a full table drops the event and
 //!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
 //!   quantile sketch) take one table entry per (group, bucket) hit.
+//! * A plan whose keys are all typed scalars and whose aggregates are not bucketed (count, sum,
+//!   min, max, avg) updates its one entry in a small function specialized on the key's word
+//!   count; text passed for such a key field takes the general update (it groups as text).
 //! * A thread takes its own table with plain stores and a compiler fence where the process
 //!   could register for Linux's `membarrier` (the collector then pays the fence; see
 //!   [`asymmetric`]), with a compare-exchange otherwise. While [`collect`] swaps a thread's
@@ -312,6 +315,9 @@ struct Compiled {
     /// The filter as a tracepoint pre-filter (field, comparison, constant), when it is one
     /// comparison of a `u64` field with a small constant.
     prefilter: Option<(u8, u8, u64)>,
+    /// Every key is a typed scalar (at most `1 + MAX_KEYS` key words) and no aggregate is
+    /// bucketed: an event updates one table entry ([`update_scalar`], not [`update`]).
+    scalar: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,6 +450,7 @@ impl Compiler<'_> {
         }
         let mut keys = Vec::new();
         let mut key_bytes = 8;
+        let mut scalar_keys = true;
         for k in &plan.keys {
             let src = self.resolve(k)?;
             let class = match src_type(self.schema, src).as_deref() {
@@ -451,6 +458,7 @@ impl Compiler<'_> {
                 Some(_) => KeyClass::Scalar,
                 None => KeyClass::Str,
             };
+            scalar_keys &= class == KeyClass::Scalar;
             key_bytes += if class == KeyClass::Str { KEY_STR_MAX } else { 8 };
             keys.push(src);
         }
@@ -525,6 +533,7 @@ impl Compiler<'_> {
             }
             _ => None,
         };
+        let scalar = scalar_keys && !aggs.iter().any(|(k, _)| k.bucketed());
         Ok(Compiled {
             ops,
             keys,
@@ -536,6 +545,7 @@ impl Compiler<'_> {
             bag_keys,
             carry,
             prefilter,
+            scalar,
         })
     }
 }
@@ -653,7 +663,7 @@ fn compare<F: Fields>(src: Src, test: &Test, ev: &F, ctx: &ThreadCtx) -> Option<
 /// string length above —, then one word per scalar and up to 6 per string); returns the words
 /// used, `None` on a type mismatch.
 #[inline(always)]
-fn encode_key<F: Fields>(keys: &[Src], ev: &F, ctx: &ThreadCtx, out: &mut [u64; KEY_WORDS]) -> Option<usize> {
+fn encode_key<F: Fields>(keys: &[Src], ev: &F, ctx: &ThreadCtx, out: &mut [u64]) -> Option<usize> {
     let mut n = 1usize;
     let mut tags = 0u64;
     for (j, src) in keys.iter().enumerate() {
@@ -679,12 +689,12 @@ fn encode_key<F: Fields>(keys: &[Src], ev: &F, ctx: &ThreadCtx, out: &mut [u64; 
         n += 1;
         tags |= tag << (16 * j);
     }
-    out[0] = tags;
+    *out.first_mut()? = tags;
     Some(n)
 }
 
 #[inline(always)]
-fn put_str(out: &mut [u64; KEY_WORDS], mut n: usize, b: &[u8]) -> Option<usize> {
+fn put_str(out: &mut [u64], mut n: usize, b: &[u8]) -> Option<usize> {
     for c in b.chunks(8) {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
@@ -828,14 +838,18 @@ impl Table {
     }
 }
 
+/// The entry hash (never 0, which marks an empty entry): the key words folded with
+/// rotations, then one multiply and a shift mix (one multiply on the dependency chain of the
+/// table lookup; probing compares whole keys, so a collision costs a probe, never a wrong group).
 #[inline(always)]
 fn hash(key: &[u64], tag: u8, bucket: i32) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = ((tag as u64) << 32 ^ bucket as u32 as u64).wrapping_mul(K);
+    let mut h = (tag as u64) << 32 ^ bucket as u32 as u64;
     for w in key {
-        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
+        h = h.rotate_left(23) ^ w;
     }
-    (h ^ h >> 29) | 1
+    let h = h.wrapping_mul(K);
+    (h ^ h >> 29 ^ h >> 47) | 1
 }
 
 #[inline(always)]
@@ -997,6 +1011,8 @@ struct Attached {
     tp: *const Tracepoint,
     /// The filter's common shapes, copied here so that a rejecting event touches nothing else.
     fast: Fast,
+    /// The plan neither reads nor carries baggage (copied here like `fast`).
+    plain: bool,
     query: Arc<Installed>,
     partial: Arc<ThreadPartial>,
 }
@@ -1067,7 +1083,7 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
                 continue;
             }
             let c = &a.query.compiled;
-            if !c.bag_keys.is_empty() && !ctx.fill_bag(&c.bag_keys) {
+            if !a.plain && !c.bag_keys.is_empty() && !ctx.fill_bag(&c.bag_keys) {
                 continue;
             }
             let pass = match a.fast {
@@ -1080,10 +1096,23 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
                 Fast::General => eval(c, ev, ctx),
             };
             if pass != Some(false) {
-                if !c.carry.is_empty() {
+                if !a.plain && !c.carry.is_empty() {
                     carry(c, ev, ctx);
                 }
-                update(c, &a.partial, ev, ctx, pass.is_some());
+                // the scalar plans' own small function first (the general one keeps large
+                // buffers on its stack)
+                let done = c.scalar
+                    && pass.is_some()
+                    && match c.keys.len() {
+                        0 => update_scalar::<F, 1>(c, &a.partial, ev, ctx),
+                        1 => update_scalar::<F, 2>(c, &a.partial, ev, ctx),
+                        2 => update_scalar::<F, 3>(c, &a.partial, ev, ctx),
+                        3 => update_scalar::<F, 4>(c, &a.partial, ev, ctx),
+                        _ => update_scalar::<F, { 1 + MAX_KEYS }>(c, &a.partial, ev, ctx),
+                    };
+                if !done {
+                    update(c, &a.partial, ev, ctx, pass.is_some());
+                }
             }
         }
     });
@@ -1153,27 +1182,15 @@ fn update<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &Thread
                 t.drops.table_full += 1;
                 return;
             };
-            let mut ci = 0;
-            for ((kind, _), input) in c.aggs.iter().zip(&inputs) {
-                let v = match input {
+            let mut ints = [0i128; MAX_AGGS];
+            for (v, input) in ints.iter_mut().zip(&inputs) {
+                *v = match input {
                     Some(Input::Int(v)) => *v,
                     Some(Input::Float(f)) => *f as i128,
                     None => 0,
                 };
-                match kind {
-                    AggKind::Count => cells[ci] += 1,
-                    AggKind::Sum => cells[ci] = cells[ci].wrapping_add(v),
-                    AggKind::Min => cells[ci] = cells[ci].min(v),
-                    AggKind::Max => cells[ci] = cells[ci].max(v),
-                    AggKind::Avg => {
-                        cells[ci] = cells[ci].wrapping_add(v);
-                        cells[ci + 1] += 1;
-                        ci += 1;
-                    }
-                    _ => continue,
-                }
-                ci += 1;
             }
+            add_scalars(c, cells, &ints);
         }
         for (j, ((kind, _), input)) in c.aggs.iter().zip(&inputs).enumerate() {
             let bucket = match input {
@@ -1192,6 +1209,78 @@ fn update<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &Thread
         }
         t.events += 1;
     });
+}
+
+/// The scalar plans' update ([`Compiled::scalar`]): the key in `N` words (its tags and one
+/// word per key; a length known at compile time), integer inputs, one table entry. `false`
+/// (nothing done) when a key value is not a scalar after all (an event passed text for a field
+/// declared numeric): the general update takes it.
+#[inline(never)]
+fn update_scalar<F: Fields, const N: usize>(
+    c: &Compiled,
+    partial: &ThreadPartial,
+    ev: &F,
+    ctx: &ThreadCtx,
+) -> bool {
+    let mut key = [0u64; N];
+    if encode_key(&c.keys, ev, ctx, &mut key) != Some(N) {
+        return false;
+    }
+    let mut ints = [0i128; MAX_AGGS];
+    let mut typed = true;
+    if c.has_inputs {
+        for (v, (_, src)) in ints.iter_mut().zip(&c.aggs) {
+            *v = match src.map(|s| read(s, ev, ctx)) {
+                None => 0,
+                Some(Some(Val::Int(x))) => x,
+                Some(Some(Val::Bool(b))) => b as i128,
+                Some(Some(Val::Float(f))) => f as i128,
+                Some(_) => {
+                    typed = false;
+                    0
+                }
+            };
+        }
+    }
+    partial.try_with(|t| {
+        if !typed {
+            t.drops.type_mismatch += 1;
+            return;
+        }
+        let Some(cells) = t.entry(&key, 0, 0, |cells| init_cells(c, cells)) else {
+            t.drops.table_full += 1;
+            return;
+        };
+        add_scalars(c, cells, &ints);
+        t.events += 1;
+    });
+    true
+}
+
+/// Add one event's inputs (`ints[j]` for aggregate `j`; 0 without input) to a group's scalar
+/// cells.
+#[inline(always)]
+fn add_scalars(c: &Compiled, cells: &mut [i128], ints: &[i128; MAX_AGGS]) {
+    let mut ci = 0;
+    for ((kind, _), v) in c.aggs.iter().zip(ints) {
+        let v = *v;
+        let Some(cell) = cells.get_mut(ci) else { return };
+        match kind {
+            AggKind::Count => *cell += 1,
+            AggKind::Sum => *cell = cell.wrapping_add(v),
+            AggKind::Min => *cell = (*cell).min(v),
+            AggKind::Max => *cell = (*cell).max(v),
+            AggKind::Avg => {
+                *cell = cell.wrapping_add(v);
+                if let Some(n) = cells.get_mut(ci + 1) {
+                    *n += 1;
+                }
+                ci += 1;
+            }
+            _ => continue,
+        }
+        ci += 1;
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -1248,6 +1337,7 @@ fn refresh(t: &mut Tls, epoch: u64) -> bool {
             keep.push(Attached {
                 tp: *tp as *const Tracepoint,
                 fast: inst.compiled.fast(),
+                plain: inst.compiled.bag_keys.is_empty() && inst.compiled.carry.is_empty(),
                 query: inst.clone(),
                 partial: partial.clone(),
             });

@@ -15,6 +15,7 @@ tracepoint!(static RACE = "qtest.race", Debug, group = "qtest", fields = [thread
 tracepoint!(static PF = "qtest.pf", Debug, group = "qtest", fields = [a: u64, b: u64]);
 tracepoint!(static UP = "qtest.up", Debug, group = "qtest", fields = [client: str, n: u64]);
 tracepoint!(static DOWN = "qtest.down", Debug, group = "qtest", fields = [bytes: u64]);
+tracepoint!(static GRID = "qtest.grid", Debug, group = "qtest", fields = [x: u64, y: i64, v: u64]);
 
 fn field(n: &str) -> Operand {
     Operand::Field(n.into())
@@ -322,6 +323,81 @@ fn full_tables_drop_and_count() {
     assert_eq!(part.groups.len(), 14, "7/8 of 16 entries");
     assert_eq!(part.events, 14);
     assert_eq!(part.drops.table_full, 86);
+    query::detach(q);
+}
+
+#[test]
+fn scalar_keys_in_a_crowded_table_keep_their_groups() {
+    let _g = crate::lock();
+    GRID.id();
+    let mut p = plan(
+        "qtest.grid",
+        Filter::True,
+        vec![field("x"), field("y")],
+        vec![
+            agg(AggKind::Count, None),
+            agg(AggKind::Sum, Some("v")),
+            agg(AggKind::Min, Some("v")),
+            agg(AggKind::Max, Some("v")),
+            agg(AggKind::Avg, Some("v")),
+        ],
+    );
+    p.capacity = 16;
+    let q = query::install(&p).unwrap();
+    // 14 groups fill 7/8 of 16 entries (collisions are certain); negative `y` takes the
+    // other key tag
+    let group = |g: u64| (g * 1_000_003, if g.is_multiple_of(2) { -(g as i64) } else { g as i64 });
+    for round in 0..3u64 {
+        for g in 0..14u64 {
+            let (x, y) = group(g);
+            event!(GRID, x = x, y = y, v = g * 10 + round);
+        }
+    }
+    // a 15th group finds the table full; the 14 keep counting
+    event!(GRID, x = 99u64, y = 99i64, v = 1u64);
+    let (x0, y0) = group(0);
+    event!(GRID, x = x0, y = y0, v = 7u64);
+    let part = query::collect(q).unwrap();
+    assert_eq!(part.drops.table_full, 1);
+    assert_eq!(part.events, 43);
+    assert_eq!(part.groups.len(), 14);
+    for g in 0..14u64 {
+        let (x, y) = group(g);
+        let key = vec![KeyValue::Uint(x), if y < 0 { KeyValue::Int(y) } else { KeyValue::Uint(y as u64) }];
+        let base = (g * 10) as i128;
+        let (n, sum, min) = if g == 0 { (4, 3 * base + 3 + 7, 0) } else { (3, 3 * base + 3, base) };
+        let max = if g == 0 { 7 } else { base + 2 };
+        assert_eq!(
+            part.groups[&key],
+            vec![
+                State::Count(n),
+                State::Sum(sum),
+                State::Min(Some(min)),
+                State::Max(Some(max)),
+                State::Avg { sum, count: n },
+            ],
+            "group {g}"
+        );
+    }
+    query::detach(q);
+}
+
+#[test]
+fn text_in_a_numeric_key_field_groups_as_text() {
+    let _g = crate::lock();
+    FULL.id();
+    let q =
+        query::install(&plan("qtest.full", Filter::True, vec![field("k")], vec![agg(AggKind::Count, None)]))
+            .unwrap();
+    event!(FULL, k = 3u64);
+    event!(FULL, k = "short");
+    event!(FULL, k = "longer than one key word of eight bytes");
+    event!(FULL, k = "short");
+    let part = query::collect(q).unwrap();
+    assert_eq!(part.events, 4);
+    assert_eq!(part.groups[&vec![KeyValue::Uint(3)]], vec![State::Count(1)]);
+    assert_eq!(part.groups[&vec![s("short")]], vec![State::Count(2)]);
+    assert_eq!(part.groups[&vec![s("longer than one key word of eight bytes")]], vec![State::Count(1)]);
     query::detach(q);
 }
 
