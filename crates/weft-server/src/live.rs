@@ -398,23 +398,23 @@ async fn submit(
     if plan.explain {
         return json_answer(StatusCode::OK, &json!({"explain": explain}));
     }
-    let (source, probe, carry) = match (plan.source_plan(), plan.join_plans()) {
-        (Some((source, probe)), _) => (source, probe, None),
-        (None, Some(j)) => {
-            (weft_query::Source::Probe(j.downstream.tracepoint.clone()), j.downstream, Some(j.upstream))
-        }
-        (None, None) => {
-            let what = "happened-before joins run between two weft-probe tracepoints only";
-            return ApiError::bad_request(format!("cannot run this query: {what}")).into_response();
-        }
-    };
-    let source = match source {
+    // Where the probe-level plan runs: weft-probe tracepoints (a join's two halves among
+    // them) need no wire source; kernel tracepoints and uprobes name theirs.
+    let wire = |source| match source {
         weft_query::Source::Probe(_) => None,
         weft_query::Source::Kernel { system, event } => {
             Some(WireSource::Tracepoint(format!("{system}:{event}")))
         }
         weft_query::Source::Uprobe { binary, symbol, ret } => {
             Some(WireSource::Uprobe { binary, symbol, ret })
+        }
+    };
+    let (source, probe, carry) = match (plan.source_plan(), plan.join_plans()) {
+        (Some((source, probe)), _) => (wire(source), probe, None),
+        (None, Some(j)) => (None, j.downstream, Some(j.upstream)),
+        (None, None) => {
+            let what = "happened-before joins run between two weft-probe tracepoints only";
+            return ApiError::bad_request(format!("cannot run this query: {what}")).into_response();
         }
     };
     let keep = match &q.keep {
