@@ -150,8 +150,9 @@ pub struct Capture {
     /// Events that enable themselves at exec.
     on_exec: Vec<PerfFd>,
     decoder: Decoder,
-    /// Kept alive (and removed from tracefs on drop) for the capture's lifetime.
-    _uprobes: Option<DynamicUprobes>,
+    /// Kept alive (and removed from tracefs on drop) until the capture is dropped or
+    /// [`Capture::detach`]ed.
+    uprobes: Option<DynamicUprobes>,
     /// Traced threads (`None` = everything).
     traced: Option<HashSet<u32>>,
     cgroup_threads: Option<PathBuf>,
@@ -456,7 +457,7 @@ impl Capture {
             enable_now,
             on_exec,
             decoder,
-            _uprobes: uprobes,
+            uprobes,
             traced,
             cgroup_threads: match &cfg.target {
                 Target::Cgroup(d) => Some(d.clone()),
@@ -503,6 +504,16 @@ impl Capture {
         for e in self.enable_now.iter().filter(|e| e.cpu == cpu && !e.owner) {
             e.fd.disable();
         }
+    }
+
+    /// Closes every event but the ring owners and removes the uprobes from tracefs. An open
+    /// uprobe event keeps its breakpoint in the target even while disabled (every hit still
+    /// traps), so a bounded capture detaches at its end, before it reads what the rings still
+    /// hold: records already written stay readable ([`Capture::finish`]).
+    pub fn detach(&mut self) {
+        self.enable_now.retain(|e| e.owner);
+        self.on_exec.clear();
+        self.uprobes = None;
     }
 
     /// The CPUs the capture has a ring on.

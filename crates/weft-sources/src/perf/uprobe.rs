@@ -59,6 +59,9 @@ pub struct DynamicUprobes {
     group: String,
 }
 
+/// Numbers the process's uprobe events (tracefs names must be unique within its group).
+static NEXT_PROBE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The x86_64 SysV integer argument registers, as tracefs fetch args.
 const ARG_FETCH: &str = "arg0=%di arg1=%si arg2=%dx arg3=%cx arg4=%r8 arg5=%r9";
 
@@ -82,7 +85,8 @@ impl DynamicUprobes {
     pub fn add(&mut self, t: &UprobeTarget) -> Result<(String, String), PerfError> {
         let base: String =
             t.function.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).take(40).collect();
-        let n = self.created.len() / 2;
+        // Unique in the process: two captures of one process may probe the same function.
+        let n = NEXT_PROBE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let entry = format!("{base}_{n}_entry");
         let ret = format!("{base}_{n}_return");
         let path = t.path.display();

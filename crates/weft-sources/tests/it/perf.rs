@@ -126,6 +126,48 @@ fn captures_syscalls_switches_and_uprobes_of_an_exec_target() {
     assert_eq!(cap.traced_threads().map(|s| s.contains(&pid)), Some(true));
 }
 
+/// The tracefs lines of uprobes on `bin`.
+fn uprobes_on(bin: &std::path::Path) -> usize {
+    let text = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"]
+        .iter()
+        .find_map(|p| std::fs::read_to_string(p).ok())
+        .expect("tracefs uprobe_events");
+    text.lines().filter(|l| l.contains(&*bin.to_string_lossy())).count()
+}
+
+#[test]
+fn detaching_removes_the_uprobes_and_keeps_what_the_rings_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = weft_testkit::compile_c("examples/kernel/workload.c", dir.path());
+    let out = dir.path().join("spans.json");
+    let up = UprobeTarget::resolve(&format!("{}:work_unit", bin.display())).expect("resolve work_unit");
+    let cfg = CaptureConfig { tracepoints: vec![], uprobes: vec![up], ..CaptureConfig::default() };
+    let argv = vec![bin.display().to_string(), out.display().to_string(), "--calls".into(), "40".into()];
+    let mut child = StoppedChild::spawn(&argv).expect("fork");
+    let cfg = CaptureConfig { target: Target::Exec(child.pid), ..cfg };
+    let mut cap =
+        Capture::open(&cfg).unwrap_or_else(|e| panic!("kernel capture refused (run the tests as root): {e}"));
+    cap.enable().expect("enable");
+    child.release().expect("release");
+    // The calls stay in the ring: nothing is read before the detach.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().is_none() {
+        assert!(Instant::now() < deadline, "workload did not finish in 60 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(uprobes_on(&bin), 2, "entry and return probes while attached");
+    cap.detach();
+    assert_eq!(uprobes_on(&bin), 0, "the probes are gone from tracefs while the capture is open");
+    let mut events = Vec::new();
+    cap.finish(&mut events);
+    let entries =
+        events.iter().filter_map(kernel).filter(|k| matches!(k, KernelEvent::UprobeEntry { .. })).count();
+    let returns =
+        events.iter().filter_map(kernel).filter(|k| matches!(k, KernelEvent::UprobeReturn { .. })).count();
+    assert_eq!((entries, returns), (40, 40));
+    assert_eq!(cap.stats().lost(), 0);
+}
+
 #[test]
 fn generic_tracepoint_decoding() {
     // syscalls:sys_enter_clock_nanosleep has no typed decoder: every field comes from its
