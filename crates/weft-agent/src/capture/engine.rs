@@ -22,6 +22,19 @@
 //! record are not seen: the controller runs in user space, polling every
 //! [`POLL_INTERVAL`].
 //!
+//! **Order and cost.** Everything that can refuse a request — the period, the backend, the
+//! budget, permissions, the target, its functions and its weft-probe tracepoints — is
+//! checked before the first perf event is opened, so a refusal opens nothing. The uprobes
+//! exist only from [`Capture::open`] to the period's end, where [`Capture::detach`] closes
+//! them before the rings are read (a disabled uprobe event would still trap); between
+//! captures nothing stays attached. An engine keeps the functions it
+//! resolved (per module, keyed by its device, inode, modification time and size, and the
+//! globs; the last [`CACHED_MODULES`]), so a series of captures of one target reads the
+//! module's symbols once ([`Counters::functions_cached`]). Each capture measures the CPU time
+//! of its thread before, during and after the period ([`Counters::cpu_setup`],
+//! [`Counters::cpu_window`], [`Counters::cpu_release`]) and the controller's wake-ups
+//! ([`Counters::polls`]).
+//!
 //! **Bounds.** The period must lie in [`MIN_PERIOD`]..=[`MAX_PERIOD`] unless forced; a timer
 //! in the loop stops every event at the period's end ([`Counters::stop_latency`] measures
 //! how late). A core's buffer (its allocation) is split between its kernel ring (half, at
@@ -31,7 +44,7 @@
 //! Records the kernel could not write into a full ring are [`Counters::lost`]. A target that
 //! exits ends the capture early ([`Counters::target_exited`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,7 +56,7 @@ use weft_sources::perf::pt::{IntelPtPmu, NoIntelPt};
 use weft_sources::perf::{Capture, CaptureConfig, PerfError, Target, uprobe};
 
 use super::alloc::{self, AllocError, Allocator, CaptureId, CoreBuffer};
-use super::tracepoints::{self, Switched};
+use super::tracepoints::{self, Planned};
 use super::usage::{self, UsageError};
 
 /// Shortest period accepted without `force`.
@@ -57,6 +70,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// The largest kernel ring of a core: the rings are drained every [`POLL_INTERVAL`], so
 /// a larger one would only cost start time (mapping it) and memory the kept records can use.
 pub const MAX_RING: u64 = 1 << 20;
+/// Modules whose resolved functions an engine keeps across captures ([`Engine::run`]).
+pub const CACHED_MODULES: usize = 16;
 /// How long the utilization of the cores is sampled for the allocator.
 const USAGE_SAMPLE: Duration = Duration::from_millis(10);
 
@@ -157,6 +172,18 @@ pub struct Counters {
     pub peak_bytes: u64,
     /// The target exited before the period's end.
     pub target_exited: bool,
+    /// The functions came from the engine's cache (the module unchanged since an earlier
+    /// capture with the same globs), not from reading its ELF symbols again.
+    pub functions_cached: bool,
+    /// Times the controller woke up during the period (ring reads and timer checks).
+    pub polls: u64,
+    /// CPU time of the capturing thread from the request to the tracers being on (checks,
+    /// symbols, `/proc`, opening the events and mapping the rings).
+    pub cpu_setup: Duration,
+    /// ... during the period (the controller: reading and decoding the rings).
+    pub cpu_window: Duration,
+    /// ... from the tracers off to the result (the last records, closing every event).
+    pub cpu_release: Duration,
 }
 
 /// What a capture produced.
@@ -272,6 +299,9 @@ pub enum CaptureError {
 #[derive(Debug, Clone)]
 pub struct Engine {
     alloc: Arc<Mutex<Allocator>>,
+    /// Functions resolved by earlier captures (a series of captures of one target reads its
+    /// module's symbols once).
+    functions: Arc<Mutex<FunctionCache>>,
     /// Where the node's weft-probe segments are (for requests naming tracepoints).
     probe_dir: PathBuf,
 }
@@ -294,7 +324,11 @@ impl Engine {
     /// An engine with this allocator, switching tracepoints in weft-probe's default segment
     /// directory.
     pub fn new(alloc: Allocator) -> Engine {
-        Engine { alloc: Arc::new(Mutex::new(alloc)), probe_dir: weft_probe::layout::default_dir() }
+        Engine {
+            alloc: Arc::new(Mutex::new(alloc)),
+            functions: Arc::default(),
+            probe_dir: weft_probe::layout::default_dir(),
+        }
     }
 
     /// The same, with the weft-probe segments in `dir`.
@@ -309,6 +343,7 @@ impl Engine {
 
     /// Runs `req` to its end; `received` is when the request arrived (for the start latency).
     pub fn run(&self, req: &CaptureRequest, received: Instant) -> Result<CaptureResult, CaptureError> {
+        let cpu0 = thread_cpu();
         if !req.force && !(MIN_PERIOD..=MAX_PERIOD).contains(&req.period) {
             return Err(CaptureError::Period(req.period));
         }
@@ -330,8 +365,14 @@ impl Engine {
                 CaptureError::Target(format!("process {}: cannot read its executable: {e}", pids[0]))
             })?,
         };
-        let functions = resolve_functions(&module, &req.functions)?;
+        let (functions, functions_cached) = self.functions(&module, &req.functions)?;
+        // Every refusal comes before the first perf event is opened: the tracepoints too.
         let selectors = tracepoints::parse_selectors(&req.tracepoints)?;
+        let planned = if selectors.is_empty() {
+            None
+        } else {
+            Some(Planned::check(&self.probe_dir, &pids, &selectors)?)
+        };
 
         let usage = usage::measure_utilization(USAGE_SAMPLE)?;
         let recent: BTreeSet<u32> =
@@ -368,6 +409,7 @@ impl Engine {
             functions: cfg.uprobes.len(),
             tracepoints: 0,
             buffer_bytes: allocation.total_bytes(),
+            functions_cached,
             ..Counters::default()
         };
         let mut cap = Capture::open(&cfg)?;
@@ -389,14 +431,17 @@ impl Engine {
             counters.cores_enabled.push((c, at));
             counters.control_ops += 1;
         }
-        let mut switched = if selectors.is_empty() {
-            None
-        } else {
-            let sw = Switched::on(&self.probe_dir, &pids, &selectors)?;
-            counters.tracepoints = sw.count();
-            Some(sw)
+        let mut switched = match planned {
+            None => None,
+            Some(p) => {
+                let sw = p.on()?;
+                counters.tracepoints = sw.count();
+                Some(sw)
+            }
         };
         counters.start_latency = received.elapsed();
+        let cpu_on = thread_cpu();
+        counters.cpu_setup = cpu_on.saturating_sub(cpu0);
         let deadline = Instant::now() + req.period;
 
         let mut kept: BTreeMap<u32, u64> = BTreeMap::new();
@@ -415,17 +460,21 @@ impl Engine {
                 last = true;
             }
             cap.poll(left.min(POLL_INTERVAL), &mut batch)?;
+            counters.polls += 1;
             self.control(&mut cap, &mut batch, &capacity, &mut enabled, &mut counters)?;
             keep(&cap, &mut batch, &mut events, &capacity, &mut kept, &mut full, &mut counters);
             counters.peak_bytes = counters.peak_bytes.max(rings + held(&kept));
         }
-        // The timer: every event off (the tracepoints back as they were), then what the rings
-        // still hold.
+        // The timer: every event off and the probes out of the target (the tracepoints back
+        // as they were), then what the rings still hold.
         cap.disable();
+        cap.detach();
         if let Some(sw) = switched.as_mut() {
             sw.off();
         }
         let off = Instant::now();
+        let cpu_off = thread_cpu();
+        counters.cpu_window = cpu_off.saturating_sub(cpu_on);
         counters.stop_latency = off.saturating_duration_since(deadline);
         let end_ns = weft_model::time::now_unix_nanos();
         counters.control_ops += enabled.len() as u64;
@@ -453,6 +502,7 @@ impl Engine {
         let mut full_cores: Vec<u32> = full.into_iter().collect();
         full_cores.sort_unstable();
         counters.full_cores = full_cores;
+        counters.cpu_release = thread_cpu().saturating_sub(cpu_off);
         tracing::debug!(?counters, "capture done");
         Ok(CaptureResult {
             pids,
@@ -465,6 +515,26 @@ impl Engine {
             uncovered: allocation.uncovered.clone(),
             counters,
         })
+    }
+
+    /// The module's functions the globs match, from the cache when the module is unchanged
+    /// since a capture resolved them; whether they were cached.
+    fn functions(
+        &self,
+        module: &Path,
+        globs: &[String],
+    ) -> Result<(Vec<uprobe::UprobeTarget>, bool), CaptureError> {
+        let key = ModuleKey::of(module, globs);
+        if let Some(k) = &key
+            && let Some(found) = self.functions.lock().ok().and_then(|c| c.get(k))
+        {
+            return Ok((found, true));
+        }
+        let found = resolve_functions(module, globs)?;
+        if let (Some(k), Ok(mut c)) = (key, self.functions.lock()) {
+            c.put(k, found.clone());
+        }
+        Ok((found, false))
     }
 
     /// The operation-aware controller: a core's probes go on at the first switch-in of a
@@ -489,6 +559,64 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// A module as it is on disk now, with the globs resolved in it: a module rebuilt or replaced
+/// (another inode, modification time or size) is another key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ModuleKey {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+    mtime_ns: i128,
+    size: u64,
+    globs: Vec<String>,
+}
+
+impl ModuleKey {
+    /// `None` when the module cannot be examined (resolving it then says why).
+    fn of(module: &Path, globs: &[String]) -> Option<ModuleKey> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(module).ok()?;
+        Some(ModuleKey {
+            path: module.to_path_buf(),
+            dev: m.dev(),
+            ino: m.ino(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            size: m.size(),
+            globs: globs.to_vec(),
+        })
+    }
+}
+
+/// The last [`CACHED_MODULES`] resolutions (each at most [`MAX_FUNCTIONS`] functions).
+#[derive(Debug, Default)]
+struct FunctionCache {
+    entries: VecDeque<(ModuleKey, Vec<uprobe::UprobeTarget>)>,
+}
+
+impl FunctionCache {
+    fn get(&self, key: &ModuleKey) -> Option<Vec<uprobe::UprobeTarget>> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, f)| f.clone())
+    }
+
+    fn put(&mut self, key: ModuleKey, functions: Vec<uprobe::UprobeTarget>) {
+        self.entries.retain(|(k, _)| !(k.path == key.path && k.globs == key.globs));
+        if self.entries.len() >= CACHED_MODULES {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((key, functions));
+    }
+}
+
+/// CPU time of the calling thread so far.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The kernel ring's share of a core's buffer: half, at most [`MAX_RING`].

@@ -3,8 +3,10 @@
 //!
 //! The switch goes through each target process's segment control area, as `weft probes
 //! enable` does ([`crate::control`]): one request byte per tracepoint, the process's control
-//! thread applies it and acknowledges. [`Switched::on`] enables the tracepoints the selectors
-//! match that are off, and remembers exactly those; [`Switched::off`] (or dropping it, on
+//! thread applies it and acknowledges. [`Planned::check`] finds the tracepoints the selectors
+//! match that are off (before the capture opens any perf event, so a request naming
+//! tracepoints the target lacks is refused having opened nothing); [`Planned::on`] enables
+//! exactly those and remembers them; [`Switched::off`] (or dropping it, on
 //! every path out of a capture) disables exactly those again, so the enabled set is the one
 //! before the capture — tracepoints that were on stay on. A process that exited meanwhile is
 //! skipped without waiting. Their records are drained by the agent like any other: spans and
@@ -43,15 +45,28 @@ pub fn parse_selectors(list: &[String]) -> Result<Vec<Selector>, CaptureError> {
         .collect()
 }
 
-impl Switched {
-    /// Switches on, in the segments of `dir` belonging to `pids`, the tracepoints `selectors`
-    /// match that are off. Refused when no target process has a segment there or none of its
-    /// tracepoints matches.
-    pub fn on(dir: &Path, pids: &[u32], selectors: &[Selector]) -> Result<Switched, CaptureError> {
+/// The tracepoints a capture will switch on, found (and the request checked) before anything
+/// is opened; [`Planned::on`] switches them.
+pub struct Planned {
+    procs: Vec<(Segment, Vec<u32>)>,
+}
+
+impl std::fmt::Debug for Planned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Planned")
+            .field("to_enable", &self.procs.iter().map(|p| p.1.len()).sum::<usize>())
+            .finish()
+    }
+}
+
+impl Planned {
+    /// Finds, in the segments of `dir` belonging to `pids`, the tracepoints `selectors`
+    /// match that are off; nothing is switched yet. Refused when no target process has a
+    /// segment there or none of its tracepoints matches.
+    pub fn check(dir: &Path, pids: &[u32], selectors: &[Selector]) -> Result<Planned, CaptureError> {
         let err = |m: String| CaptureError::Tracepoints(m);
         let paths = consumer::discover(dir).map_err(|e| err(e.to_string()))?;
-        let mut sw = Switched { procs: Vec::new() };
-        let mut pending = Vec::new();
+        let mut procs = Vec::new();
         let (mut segments, mut matched) = (0usize, 0usize);
         for path in paths {
             let Ok(seg) = Segment::open_shared(&path) else { continue };
@@ -66,13 +81,9 @@ impl Switched {
                 .collect();
             matched += hits.len();
             let ids: Vec<u32> = hits.iter().filter(|t| !t.enabled).map(|t| t.id).collect();
-            if ids.is_empty() {
-                continue;
+            if !ids.is_empty() {
+                procs.push((seg, ids));
             }
-            let reqs: Vec<(u32, Op)> = ids.iter().map(|&i| (i, Op::Enable)).collect();
-            let seq = seg.control(&reqs).map_err(|e| err(e.to_string()))?;
-            pending.push(seq);
-            sw.procs.push((seg, ids));
         }
         if segments == 0 {
             return Err(err(format!(
@@ -85,6 +96,21 @@ impl Switched {
             let sel: Vec<String> = selectors.iter().map(ToString::to_string).collect();
             return Err(err(format!("no tracepoint of the target matches {}", sel.join(", "))));
         }
+        Ok(Planned { procs })
+    }
+
+    /// Switches the planned tracepoints on and waits for the processes' acknowledgements;
+    /// what was switched is switched back off when the result is dropped or
+    /// [`Switched::off`].
+    pub fn on(self) -> Result<Switched, CaptureError> {
+        let mut sw = Switched { procs: Vec::new() };
+        let mut pending = Vec::new();
+        for (seg, ids) in self.procs {
+            let reqs: Vec<(u32, Op)> = ids.iter().map(|&i| (i, Op::Enable)).collect();
+            let seq = seg.control(&reqs).map_err(|e| CaptureError::Tracepoints(e.to_string()))?;
+            pending.push(seq);
+            sw.procs.push((seg, ids));
+        }
         for ((seg, _), seq) in sw.procs.iter().zip(pending) {
             if !seg.wait_applied(seq, ACK_WAIT) {
                 tracing::warn!(pid = seg.pid(), "capture: a process did not acknowledge its tracepoints");
@@ -92,13 +118,15 @@ impl Switched {
         }
         Ok(sw)
     }
+}
 
+impl Switched {
     /// Tracepoints switched on (summed over the processes).
     pub fn count(&self) -> usize {
         self.procs.iter().map(|(_, ids)| ids.len()).sum()
     }
 
-    /// Switches off what [`Switched::on`] switched on (waiting for live processes only).
+    /// Switches off what [`Planned::on`] switched on (waiting for live processes only).
     pub fn off(&mut self) {
         let mut pending = Vec::new();
         for (seg, ids) in self.procs.drain(..) {

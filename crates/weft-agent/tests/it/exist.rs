@@ -288,6 +288,92 @@ fn bad_requests_are_refused_with_their_reason() {
     assert_eq!(r.pids, vec![pid]);
 }
 
+/// Counts the `tracing` events of weft-sources' kernel capture (it logs every capture it
+/// opens) on the thread it is the default of.
+#[derive(Default)]
+struct CaptureOpens(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl tracing::Subscriber for CaptureOpens {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        if e.metadata().target().starts_with("weft_sources::perf::capture") {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Runs `req` with [`CaptureOpens`] as the thread's subscriber: the result, and how many
+/// kernel captures weft-sources opened meanwhile.
+fn counting_opens(eng: &Engine, req: &CaptureRequest) -> (Result<CaptureResult, CaptureError>, usize) {
+    let sub = CaptureOpens::default();
+    let n = sub.0.clone();
+    let r = tracing::subscriber::with_default(sub, || eng.run(req, Instant::now()));
+    (r, n.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+#[test]
+fn a_request_naming_missing_tracepoints_is_refused_before_any_event_is_opened() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = start(&["--seconds", "4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let eng = engine().with_probe_dir(dir.path());
+    let mut req = request(t.child.id(), &["handle_request"]);
+    req.period = Duration::from_millis(200);
+    // The peer: a good request opens one kernel capture (and the count sees it).
+    let fds = perf_fds();
+    let (r, opened) = counting_opens(&eng, &req);
+    assert!(r.is_ok() && opened >= 1, "{:?}, {opened} opened", r.err());
+    // The target has no weft-probe segment: refused, having opened nothing.
+    req.tracepoints = vec!["all".into()];
+    let (r, opened) = counting_opens(&eng, &req);
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("has a weft-probe segment in"), "{e}");
+    assert_eq!(opened, 0, "{e}");
+    assert_eq!(perf_fds(), fds);
+    assert_eq!(eng.in_use(), 0);
+}
+
+#[test]
+fn a_series_reads_the_modules_symbols_once_and_measures_its_cpu() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t = start(&["--seconds", "6", "--threads", "2"]);
+    let fds = perf_fds();
+    let eng = engine();
+    let mut req = request(t.child.id(), &["handle_request", "lookup"]);
+    req.period = Duration::from_millis(200);
+    let first = eng.run(&req, Instant::now()).unwrap().counters;
+    let second = eng.run(&req, Instant::now()).unwrap().counters;
+    println!(
+        "exist series: CPU setup {:?} then {:?}, window {:?} ({} wake-ups), release {:?}",
+        first.cpu_setup, second.cpu_setup, second.cpu_window, second.polls, second.cpu_release
+    );
+    assert!(!first.functions_cached && second.functions_cached);
+    assert_eq!((first.functions, second.functions), (2, 2));
+    assert!(second.calls > 0);
+    // Other globs are another entry.
+    let other = CaptureRequest { functions: vec!["handle_request".into()], ..req.clone() };
+    let c = eng.run(&other, Instant::now()).unwrap().counters;
+    assert!(!c.functions_cached && c.functions == 1);
+    // The module changed on disk (its modification time): read again.
+    let f = std::fs::File::open(&t.bin).unwrap();
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5)).unwrap();
+    let third = eng.run(&req, Instant::now()).unwrap().counters;
+    assert!(!third.functions_cached);
+    // The controller's CPU and wake-ups are measured; nothing stays attached.
+    assert!(second.polls > 0 && second.cpu_window > Duration::ZERO && second.cpu_setup > Duration::ZERO);
+    assert_eq!(perf_fds(), fds);
+    assert_eq!(eng.in_use(), 0);
+}
+
 #[test]
 fn collector_requests_become_engine_requests() {
     use weft_agent::capture::remote::{MAX_TAPPED, Tap, request_from};
