@@ -465,10 +465,9 @@ impl Engine {
             keep(&cap, &mut batch, &mut events, &capacity, &mut kept, &mut full, &mut counters);
             counters.peak_bytes = counters.peak_bytes.max(rings + held(&kept));
         }
-        // The timer: every event off and the probes out of the target (the tracepoints back
-        // as they were), then what the rings still hold.
+        // The timer: every event off (the tracepoints back as they were), the probes out of
+        // the target, then what the rings still hold.
         cap.disable();
-        cap.detach();
         if let Some(sw) = switched.as_mut() {
             sw.off();
         }
@@ -477,6 +476,9 @@ impl Engine {
         counters.cpu_window = cpu_off.saturating_sub(cpu_on);
         counters.stop_latency = off.saturating_duration_since(deadline);
         let end_ns = weft_model::time::now_unix_nanos();
+        // Closing the probes' events takes their breakpoints out at once; removing them from
+        // tracefs waits for the kernel's grace periods (tens of ms each), after the period.
+        cap.detach();
         counters.control_ops += enabled.len() as u64;
         cap.finish(&mut batch);
         keep(&cap, &mut batch, &mut events, &capacity, &mut kept, &mut full, &mut counters);
