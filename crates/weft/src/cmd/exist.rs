@@ -2,7 +2,8 @@
 //! `--tracepoints`, its weft-probe tracepoints) for a bounded period (weft-agent's capture
 //! engine, software backend), woven into the requests that ran them (`--weave`: the
 //! application's spans with `thread.id`) and written to a file, a data directory and/or a
-//! server. `weft exist plan`: profiling rounds of the collector's coverage optimizer
+//! server — or a series of them (`--every`, `--rounds`: one process, one engine, the module's
+//! symbols read once), with each round's CPU and the series' peak memory reported. `weft exist plan`: profiling rounds of the collector's coverage optimizer
 //! (`POST /api/control/exist/plan`) — one, or one every `--every` for `--rounds` — printing
 //! which replicas get which period and why.
 
@@ -133,6 +134,15 @@ pub struct CaptureArgs {
     /// The target threads' scheduler switches as EXIST's 24-byte records.
     #[arg(long, value_name = "FILE")]
     pub sched_out: Option<PathBuf>,
+    /// Start a capture this often (a series; with --rounds). Between the captures nothing is
+    /// attached to the target.
+    #[arg(long, value_parser = units::parse_duration)]
+    pub every: Option<Duration>,
+    /// How many captures (1 to 1000000); SIGINT/SIGTERM ends the series after the running
+    /// capture. With more than one, round N writes --out and --sched-out with `.N` before
+    /// the file's extension.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub rounds: u64,
 }
 
 /// Runs `weft exist`.
@@ -152,6 +162,16 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
     let received = Instant::now();
     if args.out.is_none() && args.data_dir.is_none() && args.server.is_none() && args.sched_out.is_none() {
         bail!("nowhere to write: give --out FILE, --data-dir DIR, --server URL and/or --sched-out FILE");
+    }
+    if args.rounds > 1 && args.every.is_none() {
+        bail!(
+            "--rounds {} needs --every DURATION (the time from one capture's start to the next)",
+            args.rounds
+        );
+    }
+    let every = args.every.unwrap_or_default();
+    if args.every.is_some_and(|e| e < args.period) {
+        bail!("--every {every:?} is shorter than --period {:?}", args.period);
     }
     let out_format = span_file_format(args.out.as_deref(), args.format.as_deref())?;
     let backend = match args.backend.as_str() {
@@ -180,8 +200,81 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
     if let Some(d) = &args.probe_dir {
         engine = engine.with_probe_dir(d);
     }
-    let r = engine.run(&req, received)?;
+    if args.rounds == 1 {
+        capture_once(&args, &engine, &req, out_format, received, None)?;
+        return Ok(());
+    }
+    install_stop_handler();
+    let mut peak_buffers = (0u64, 0u64);
+    let mut done = 0;
+    for n in 1..=args.rounds {
+        let started = Instant::now();
+        let c = capture_once(&args, &engine, &req, out_format, started, Some(n))
+            .with_context(|| format!("round {n} of {}", args.rounds))?;
+        done = n;
+        peak_buffers = peak_buffers.max((c.peak_bytes, c.buffer_bytes));
+        if n < args.rounds && !pause(every.saturating_sub(started.elapsed())) {
+            break;
+        }
+    }
+    let u = usage_self();
+    eprintln!(
+        "weft exist: series: {done} of {} rounds; process CPU {:.3} s (user {:.3}, system {:.3}); peak RSS {} bytes; \
+         peak capture buffers {} of {} bytes granted",
+        args.rounds,
+        (u.user + u.system).as_secs_f64(),
+        u.user.as_secs_f64(),
+        u.system.as_secs_f64(),
+        u.max_rss,
+        peak_buffers.0,
+        peak_buffers.1
+    );
+    Ok(())
+}
+
+/// `path` for round `n` of a series: `.N` before its extension (`x.json` → `x.3.json`).
+fn round_path(path: &std::path::Path, n: Option<u64>) -> PathBuf {
+    let Some(n) = n else { return path.to_path_buf() };
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let numbered = match name.split_once('.') {
+        Some((stem, ext)) => format!("{stem}.{n}.{ext}"),
+        None => format!("{name}.{n}"),
+    };
+    path.with_file_name(numbered)
+}
+
+/// This process's CPU time and peak resident set (`getrusage`).
+struct SelfUsage {
+    user: Duration,
+    system: Duration,
+    /// Bytes.
+    max_rss: u64,
+}
+
+fn usage_self() -> SelfUsage {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    SelfUsage { user: tv(ru.ru_utime), system: tv(ru.ru_stime), max_rss: ru.ru_maxrss as u64 * 1024 }
+}
+
+/// One capture of `req`, woven and written (`round`: its number in a series); its counters.
+fn capture_once(
+    args: &CaptureArgs,
+    engine: &Engine,
+    req: &CaptureRequest,
+    out_format: Option<stream::Format>,
+    received: Instant,
+    round: Option<u64>,
+) -> anyhow::Result<weft_agent::capture::engine::Counters> {
+    let r = engine.run(req, received)?;
+    let after_capture = usage_self();
     let c = &r.counters;
+    if let Some(n) = round {
+        eprintln!("weft exist: round {n}");
+    }
     let cores: Vec<String> =
         r.buffers.iter().map(|b| format!("{}: {}", b.core, units::fmt_bytes(b.bytes))).collect();
     eprintln!(
@@ -207,22 +300,6 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         units::fmt_bytes(c.peak_bytes),
         units::fmt_bytes(c.buffer_bytes)
     );
-    if !r.uncovered.is_empty() {
-        eprintln!("weft exist: cores the budget could not cover: {:?}", r.uncovered);
-    }
-    if !c.full_cores.is_empty() {
-        eprintln!(
-            "weft exist: buffers full on cores {:?}: their tracers stopped early, {} records left out",
-            c.full_cores, c.dropped_full
-        );
-    }
-    if c.lost > 0 {
-        eprintln!("weft exist: WARNING: the kernel lost {} records (a ring was full)", c.lost);
-    }
-    if c.target_exited {
-        eprintln!("weft exist: the target exited during the capture; it ended there");
-    }
-
     let app = match &args.weave {
         Some(p) => read_spans(p)?,
         None => Vec::new(),
@@ -236,6 +313,7 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
     spans.extend(fs.spans);
 
     if let Some(p) = &args.sched_out {
+        let p = &round_path(p, round);
         let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
         let mut w = exist::Writer::new(std::io::BufWriter::new(f))
             .with_context(|| format!("writing {}", p.display()))?;
@@ -245,6 +323,7 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         w.finish().with_context(|| format!("writing {}", p.display()))?;
     }
     if let (Some(p), Some(format)) = (&args.out, out_format) {
+        let p = &round_path(p, round);
         let f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
         let mut w = stream::writer(format, std::io::BufWriter::new(f), Default::default())?;
         w.write(&spans).with_context(|| format!("writing {}", p.display()))?;
@@ -264,13 +343,34 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         sink.write(&spans)?;
     }
     eprintln!("weft exist: wrote {} spans", spans.len());
-    Ok(())
+    let done = usage_self();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "weft exist: CPU: {:.1} ms setup, {:.1} ms in the period ({} wake-ups), {:.1} ms release (capturing thread); \
+         {:.1} ms weaving and writing; functions {}",
+        ms(c.cpu_setup),
+        ms(c.cpu_window),
+        c.polls,
+        ms(c.cpu_release),
+        ms((done.user + done.system).saturating_sub(after_capture.user + after_capture.system)),
+        if c.functions_cached { "cached" } else { "resolved from the module's symbols" }
+    );
+    Ok(r.counters)
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM end a series between its rounds instead of the process.
+fn install_stop_handler() {
+    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
 }
 
 /// Sleeps `d` in short steps; false when interrupted.
@@ -299,11 +399,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
         bail!("--every {every:?}: at least 1s between rounds");
     }
     let collector = Collector::new(&args.collector, Some(token));
-    // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    install_stop_handler();
     for n in 1..=args.rounds {
         let started = Instant::now();
         let req = PlanRequest { seed: args.seed, functions: args.functions.clone(), dry_run: args.dry_run };

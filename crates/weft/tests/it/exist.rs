@@ -112,6 +112,52 @@ fn function_spans_inside_the_requests_that_ran_them() {
     assert!(len > 16 && (len - 16).is_multiple_of(24), "{len}");
 }
 
+/// A series in one process: `--every`/`--rounds`, each round's file, the module's symbols read
+/// once, each round's CPU and the series' peak memory reported.
+#[test]
+fn a_series_of_captures_in_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = weft_testkit::compile_c("examples/exist/requests.c", dir.path());
+    let server =
+        Server(Command::new(&bin).arg(dir.path().join("r.jsonl")).args(["--seconds", "6"]).spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    let out = dir.path().join("exist.otlp.json");
+    let o = weft()
+        .args(["exist", "capture", "--pid", &server.0.id().to_string(), "--period", "200ms"])
+        .args(["--functions", "handle_request", "--every", "1s", "--rounds", "2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    println!("{err}");
+    assert!(o.status.success(), "{err}");
+    for n in [1, 2] {
+        let f = dir.path().join(format!("exist.{n}.otlp.json"));
+        assert!(read_spans(&f).iter().any(|s| s.name == "handle_request"), "round {n}");
+    }
+    assert!(!out.exists());
+    let cpu: Vec<&str> = err.lines().filter(|l| l.starts_with("weft exist: CPU: ")).collect();
+    assert_eq!(cpu.len(), 2, "{err}");
+    assert!(cpu[0].ends_with("resolved from the module's symbols") && cpu[1].ends_with("functions cached"));
+    let series =
+        err.lines().find(|l| l.starts_with("weft exist: series: 2 of 2 rounds")).expect("series line");
+    let rss: u64 =
+        series.split("peak RSS ").nth(1).and_then(|x| x.split(' ').next()).unwrap().parse().unwrap();
+    assert!(rss > 1 << 20, "{series}");
+    assert!(series.contains("peak capture buffers"), "{series}");
+
+    // A series needs its interval, and an interval at least the period.
+    let e =
+        weft().args(["exist", "capture", "--pid", "1", "--rounds", "2", "--out"]).arg(&out).output().unwrap();
+    assert!(String::from_utf8_lossy(&e.stderr).contains("--rounds 2 needs --every"));
+    let e = weft()
+        .args(["exist", "capture", "--pid", "1", "--period", "2s", "--every", "1s", "--rounds", "2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&e.stderr).contains("is shorter than --period"));
+}
+
 #[test]
 fn refusals_name_their_reason() {
     let dir = tempfile::tempdir().unwrap();
