@@ -207,10 +207,17 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
     install_stop_handler();
     let mut peak_buffers = (0u64, 0u64);
     let mut done = 0;
+    let mut failed = None;
     for n in 1..=args.rounds {
         let started = Instant::now();
-        let c = capture_once(&args, &engine, &req, out_format, started, Some(n))
-            .with_context(|| format!("round {n} of {}", args.rounds))?;
+        let c = match capture_once(&args, &engine, &req, out_format, started, Some(n)) {
+            Ok(c) => c,
+            Err(e) => {
+                // The series' figures are still reported (a target that went away ends it).
+                failed = Some(e.context(format!("round {n} of {}", args.rounds)));
+                break;
+            }
+        };
         done = n;
         peak_buffers = peak_buffers.max((c.peak_bytes, c.buffer_bytes));
         if n < args.rounds && !pause(every.saturating_sub(started.elapsed())) {
@@ -229,7 +236,7 @@ fn capture(args: CaptureArgs) -> anyhow::Result<()> {
         peak_buffers.0,
         peak_buffers.1
     );
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// `path` for round `n` of a series: `.N` before its extension (`x.json` → `x.3.json`).

@@ -146,6 +146,26 @@ fn a_series_of_captures_in_one_process() {
     assert!(rss > 1 << 20, "{series}");
     assert!(series.contains("peak capture buffers"), "{series}");
 
+    // A target that goes away ends the series with its error, its figures still reported.
+    let short =
+        Server(Command::new(&bin).arg(dir.path().join("s.jsonl")).args(["--seconds", "1"]).spawn().unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    let o = weft()
+        .args(["exist", "capture", "--pid", &short.0.id().to_string(), "--period", "200ms"])
+        .args(["--functions", "handle_request", "--every", "1s", "--rounds", "5", "--out"])
+        .arg(dir.path().join("short.pb"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    // (an exited child not reaped yet is a zombie: its executable is gone)
+    assert!(
+        err.contains(&format!("process {}", short.0.id())) && err.contains("of 5: capture refused"),
+        "{err}"
+    );
+    assert!(err.contains("weft exist: series: ") && !err.contains("series: 5 of 5"), "{err}");
+    drop(short);
+
     // A series needs its interval, and an interval at least the period.
     let e =
         weft().args(["exist", "capture", "--pid", "1", "--rounds", "2", "--out"]).arg(&out).output().unwrap();
