@@ -26,8 +26,9 @@
 //! budget, permissions, the target, its functions and its weft-probe tracepoints — is
 //! checked before the first perf event is opened, so a refusal opens nothing. The uprobes
 //! exist only from [`Capture::open`] to the period's end, where [`Capture::detach`] closes
-//! them before the rings are read (a disabled uprobe event would still trap); between
-//! captures nothing stays attached. An engine keeps the functions it
+//! the target's events before the rings are read (a disabled uprobe event would still trap),
+//! taking every breakpoint out of the target at once; the uprobes are unregistered after (a
+//! grace period each). Between captures nothing stays attached. An engine keeps the functions it
 //! resolved (per module, keyed by its device, inode, modification time and size, and the
 //! globs; the last [`CACHED_MODULES`]), so a series of captures of one target reads the
 //! module's symbols once ([`Counters::functions_cached`]). Each capture measures the CPU time
@@ -476,9 +477,9 @@ impl Engine {
         counters.cpu_window = cpu_off.saturating_sub(cpu_on);
         counters.stop_latency = off.saturating_duration_since(deadline);
         let end_ns = weft_model::time::now_unix_nanos();
-        // Closing the probes' events takes their breakpoints out at once; removing them from
-        // tracefs waits for the kernel's grace periods (tens of ms each), after the period.
-        cap.detach();
+        // Closing the probes' events takes their breakpoints out of the target at once; the
+        // uprobes' unregistration (a grace period each, tens of ms) waits for `detached`.
+        let detached = cap.detach();
         counters.control_ops += enabled.len() as u64;
         cap.finish(&mut batch);
         keep(&cap, &mut batch, &mut events, &capacity, &mut kept, &mut full, &mut counters);
@@ -487,6 +488,7 @@ impl Engine {
         counters.lost = stats.lost();
         let traced: HashSet<u32> = cap.traced_threads().cloned().unwrap_or_default();
         drop(cap);
+        drop(detached);
 
         events.sort_by_key(|e| e.time_ns);
         let mut sched = Vec::new();

@@ -149,6 +149,10 @@ pub struct Capture {
     enable_now: Vec<CpuFd>,
     /// Events that enable themselves at exec.
     on_exec: Vec<PerfFd>,
+    /// One never-enabled event per uprobe on weft's own process ([`keepers`]): closing the
+    /// target's events then only takes the breakpoints out of the target, and the kernel's
+    /// unregistration (a grace period per uprobe) waits until these close.
+    keepers: Vec<PerfFd>,
     decoder: Decoder,
     /// Kept alive (and removed from tracefs on drop) until the capture is dropped or
     /// [`Capture::detach`]ed.
@@ -276,6 +280,11 @@ impl Capture {
                 }
             }
         }
+
+        let keepers = match (&cfg.target, &uprobes) {
+            (Target::All, _) | (_, None) => Vec::new(),
+            _ => keepers(&specs, &cfg.uprobes, tp_layout)?,
+        };
 
         // Targets of per-task events.
         let (task_pids, inherit, exec): (Vec<u32>, bool, bool) = match &cfg.target {
@@ -450,12 +459,13 @@ impl Capture {
             }
             enable_now.push(CpuFd { cpu, owner: true, fd: owner });
         }
-        let opened = enable_now.len() + on_exec.len();
+        let opened = enable_now.len() + on_exec.len() + keepers.len();
         tracing::debug!(opened, cpus = cpus.len(), "kernel capture opened");
         Ok(Capture {
             rings,
             enable_now,
             on_exec,
+            keepers,
             decoder,
             uprobes,
             traced,
@@ -510,10 +520,14 @@ impl Capture {
     /// uprobe event keeps its breakpoint in the target even while disabled (every hit still
     /// traps), so a bounded capture detaches at its end, before it reads what the rings still
     /// hold: records already written stay readable ([`Capture::finish`]).
-    pub fn detach(&mut self) {
+    ///
+    /// The target's events close here, which takes every breakpoint out of the target at
+    /// once; the uprobes stay registered (by the keepers) and in tracefs until the returned
+    /// [`Detached`] is dropped, which unregisters them, a grace period each.
+    pub fn detach(&mut self) -> Detached {
         self.enable_now.retain(|e| e.owner);
         self.on_exec.clear();
-        self.uprobes = None;
+        Detached { keepers: std::mem::take(&mut self.keepers), uprobes: self.uprobes.take() }
     }
 
     /// The CPUs the capture has a ring on.
@@ -647,6 +661,61 @@ impl Capture {
     pub fn process_of(&mut self, tid: u32) -> u32 {
         self.decoder.process_of(tid)
     }
+}
+
+impl Drop for Capture {
+    /// In [`Capture::detach`]'s order: the target's events, the keepers, the tracefs events,
+    /// then the rings.
+    fn drop(&mut self) {
+        drop(self.detach());
+    }
+}
+
+/// What [`Capture::detach`] leaves of a capture's uprobes: their keepers and tracefs events,
+/// released in that order when dropped (the kernel waits a grace period per uprobe).
+#[must_use = "dropping it unregisters the uprobes"]
+pub struct Detached {
+    keepers: Vec<PerfFd>,
+    uprobes: Option<DynamicUprobes>,
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        self.keepers.clear();
+        self.uprobes = None;
+    }
+}
+
+/// A never-enabled event on each uprobe of `specs`, on this process, which does not map the
+/// probed binaries (none when it does: the breakpoints would be in weft itself). The kernel
+/// unregisters a uprobe event — waiting a grace period, some 75 ms each on the test machine —
+/// when its last perf event closes, under a lock all such closes share; without keepers that
+/// is the close of the target's last event on it, so the closes of 8 probes one after another
+/// kept the last breakpoints in the target for half a second after the capture's end.
+fn keepers(
+    specs: &[(EventSpec, Layout, Probe, String)],
+    uprobes: &[UprobeTarget],
+    layout: Layout,
+) -> Result<Vec<PerfFd>, PerfError> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    if uprobes.iter().any(|u| maps.lines().any(|l| l.ends_with(&*u.path.to_string_lossy()))) {
+        tracing::debug!("weft maps a probed binary itself: no uprobe keepers");
+        return Ok(Vec::new());
+    }
+    let opts = EventOptions {
+        layout,
+        inherit: false,
+        enable_on_exec: false,
+        task_comm: false,
+        wakeup_bytes: 1,
+        context_switch: false,
+    };
+    let me = std::process::id() as i32;
+    specs
+        .iter()
+        .filter(|(_, _, probe, _)| matches!(probe, Probe::Uprobe { .. }))
+        .map(|(spec, _, _, what)| PerfFd::open(spec, &opts, me, -1, false, &format!("{what} (keeper)")))
+        .collect()
 }
 
 /// The thread an event belongs to (for per-task samples).

@@ -30,7 +30,7 @@ pub mod sys;
 mod syscall_table;
 pub mod uprobe;
 
-pub use capture::{Capture, CaptureConfig, CaptureStats, CpuStats, Target};
+pub use capture::{Capture, CaptureConfig, CaptureStats, CpuStats, Detached, Target};
 pub use child::StoppedChild;
 pub use error::PerfError;
 pub use uprobe::UprobeTarget;

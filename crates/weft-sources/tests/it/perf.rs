@@ -126,46 +126,94 @@ fn captures_syscalls_switches_and_uprobes_of_an_exec_target() {
     assert_eq!(cap.traced_threads().map(|s| s.contains(&pid)), Some(true));
 }
 
-/// The tracefs lines of uprobes on `bin`.
-fn uprobes_on(bin: &std::path::Path) -> usize {
-    let text = ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"]
-        .iter()
-        .find_map(|p| std::fs::read_to_string(p).ok())
-        .expect("tracefs uprobe_events");
-    text.lines().filter(|l| l.contains(&*bin.to_string_lossy())).count()
+/// `group/name` of the tracefs uprobe events on `bin`.
+fn uprobe_names(bin: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(uprobe_events()).unwrap();
+    text.lines()
+        .filter(|l| l.contains(&*bin.to_string_lossy()))
+        .filter_map(|l| l.split_whitespace().next()?.get(2..).map(str::to_owned))
+        .collect()
+}
+
+fn uprobe_events() -> &'static str {
+    ["/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("tracefs uprobe_events")
+}
+
+/// The first byte of `func` in the memory of the running process `pid` (0xcc while a uprobe
+/// sits there).
+fn first_byte(pid: u32, up: &UprobeTarget) -> u8 {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let path = up.path.to_string_lossy();
+    let addr = maps
+        .lines()
+        .filter(|l| l.ends_with(&*path))
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (start, end) = f[0].split_once('-')?;
+            let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+            let off = u64::from_str_radix(f[2], 16).ok()?;
+            (up.offset >= off && up.offset < off + (end - start)).then(|| start + up.offset - off)
+        })
+        .expect("the function's mapping");
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    mem.seek(SeekFrom::Start(addr)).unwrap();
+    let mut b = [0u8; 1];
+    mem.read_exact(&mut b).unwrap();
+    b[0]
 }
 
 #[test]
-fn detaching_removes_the_uprobes_and_keeps_what_the_rings_hold() {
+fn detaching_takes_the_breakpoints_out_first_and_keeps_what_the_rings_hold() {
     let dir = tempfile::tempdir().unwrap();
-    let bin = weft_testkit::compile_c("examples/kernel/workload.c", dir.path());
-    let out = dir.path().join("spans.json");
-    let up = UprobeTarget::resolve(&format!("{}:work_unit", bin.display())).expect("resolve work_unit");
-    let cfg = CaptureConfig { tracepoints: vec![], uprobes: vec![up], ..CaptureConfig::default() };
-    let argv = vec![bin.display().to_string(), out.display().to_string(), "--calls".into(), "40".into()];
-    let mut child = StoppedChild::spawn(&argv).expect("fork");
-    let cfg = CaptureConfig { target: Target::Exec(child.pid), ..cfg };
+    let bin = weft_testkit::compile_c("examples/exist/requests.c", dir.path());
+    let mut child = std::process::Command::new(&bin)
+        .arg(dir.path().join("spans.jsonl"))
+        .args(["--seconds", "4"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = child.id();
+    let up = UprobeTarget::resolve(&format!("{}:handle_request", bin.display())).expect("resolve");
+    let original = first_byte(pid, &up);
+    assert_ne!(original, 0xcc);
+    let cfg = CaptureConfig {
+        tracepoints: vec![],
+        uprobes: vec![up.clone()],
+        target: Target::Pids(vec![pid]),
+        ..CaptureConfig::default()
+    };
     let mut cap =
         Capture::open(&cfg).unwrap_or_else(|e| panic!("kernel capture refused (run the tests as root): {e}"));
     cap.enable().expect("enable");
-    child.release().expect("release");
-    // The calls stay in the ring: nothing is read before the detach.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().is_none() {
-        assert!(Instant::now() < deadline, "workload did not finish in 60 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(uprobes_on(&bin), 2, "entry and return probes while attached");
-    cap.detach();
-    assert_eq!(uprobes_on(&bin), 0, "the probes are gone from tracefs while the capture is open");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(first_byte(pid, &up), 0xcc, "the breakpoint is in the target while attached");
+    let names = uprobe_names(&bin);
+    assert_eq!(names.len(), 2, "entry and return probes");
+
+    let detached = cap.detach();
+    // Out of the target at once, while the uprobes are still registered: tracefs refuses to
+    // remove an event in use.
+    assert_eq!(first_byte(pid, &up), original);
+    let mut f = std::fs::OpenOptions::new().append(true).open(uprobe_events()).unwrap();
+    use std::io::Write;
+    assert!(f.write_all(format!("-:{}\n", names[0]).as_bytes()).is_err(), "{} removable: not kept", names[0]);
+    drop(detached);
+    assert!(uprobe_names(&bin).is_empty(), "the probes are gone from tracefs");
+    // What the rings hold stays readable.
     let mut events = Vec::new();
     cap.finish(&mut events);
     let entries =
         events.iter().filter_map(kernel).filter(|k| matches!(k, KernelEvent::UprobeEntry { .. })).count();
     let returns =
         events.iter().filter_map(kernel).filter(|k| matches!(k, KernelEvent::UprobeReturn { .. })).count();
-    assert_eq!((entries, returns), (40, 40));
+    assert!(entries > 10 && returns + 1 >= entries, "{entries} entries, {returns} returns");
     assert_eq!(cap.stats().lost(), 0);
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 #[test]
