@@ -1153,18 +1153,25 @@ enum Fast {
     General,
 }
 
+/// [`Fast::Int`]'s test.
+#[inline(always)]
+fn in_range(v: i128, lo: i128, width: u128, outside: bool) -> bool {
+    (v.wrapping_sub(lo) as u128 <= width) != outside
+}
+
 impl Compiled {
     fn fast(&self) -> Fast {
         match self.ops.as_slice() {
             [Op::Const(true)] | [] => Fast::All,
             [Op::Cmp(Src::Field(field), Test::Int(op, c))] => {
-                // constants come from i64/u64, so neither `c + 1` nor a difference overflows
+                // constants and values come from i64/u64: `c + 1` does not overflow, and
+                // `v - lo` leaves [0, width] exactly when `v` leaves [lo, i128::MAX]
                 let (lo, outside) = match op {
                     CmpOp::Eq | CmpOp::Ne => (*c, *op == CmpOp::Ne),
                     CmpOp::Ge | CmpOp::Lt => (*c, *op == CmpOp::Lt),
                     CmpOp::Gt | CmpOp::Le => (*c + 1, *op == CmpOp::Le),
                 };
-                let width = if matches!(op, CmpOp::Eq | CmpOp::Ne) { 0 } else { (i128::MAX - lo) as u128 };
+                let width = if matches!(op, CmpOp::Eq | CmpOp::Ne) { 0 } else { i128::MAX.abs_diff(lo) };
                 Fast::Int { field: *field, lo, width, outside }
             }
             _ => Fast::General,
@@ -1224,8 +1231,8 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
             let pass = match a.fast {
                 Fast::All => Some(true),
                 Fast::Int { field, lo, width, outside } => match ev.field(field) {
-                    Some(Scalar::U64(v)) => Some(((v as i128).wrapping_sub(lo) as u128 <= width) != outside),
-                    Some(Scalar::I64(v)) => Some(((v as i128).wrapping_sub(lo) as u128 <= width) != outside),
+                    Some(Scalar::U64(v)) => Some(in_range(v as i128, lo, width, outside)),
+                    Some(Scalar::I64(v)) => Some(in_range(v as i128, lo, width, outside)),
                     _ => eval(c, ev, ctx),
                 },
                 Fast::General => eval(c, ev, ctx),
@@ -1734,6 +1741,58 @@ mod tests {
             let c = compile(keys, aggs, capacity);
             prop_assert!(c.fixed.is_some(), "scalar keys and unbucketed aggregates take the fixed path");
             prop_assert_eq!(run(&c, &events, true), run(&c, &events, false));
+        }
+    }
+
+    fn op() -> impl Strategy<Value = CmpOp> {
+        prop_oneof![
+            Just(CmpOp::Eq),
+            Just(CmpOp::Ne),
+            Just(CmpOp::Lt),
+            Just(CmpOp::Le),
+            Just(CmpOp::Gt),
+            Just(CmpOp::Ge),
+        ]
+    }
+
+    /// Near the constant, at the ends of both types, anywhere.
+    fn int() -> impl Strategy<Value = i128> {
+        prop_oneof![
+            -3i128..3,
+            Just(i64::MIN as i128),
+            Just(i64::MAX as i128),
+            Just(u64::MAX as i128),
+            Just(1i128 << 63),
+            any::<i64>().prop_map(i128::from),
+            any::<u64>().prop_map(i128::from),
+        ]
+    }
+
+    proptest! {
+        /// The one-comparison filter's range test is the comparison, for every operator and
+        /// any u64/i64 value and constant.
+        #[test]
+        fn range_filter_is_the_comparison(op in op(), k in int(), d in -2i128..=2, v in int()) {
+            let k = k + d;
+            let (field, konst) = match (i64::try_from(k), u64::try_from(k)) {
+                (Ok(x), _) => ("b", Const::Int(x)),
+                (_, Ok(x)) => ("a", Const::Uint(x)),
+                _ => return Ok(()),
+            };
+            let schema = FieldSpec::parse_list(SCHEMA);
+            let plan = Plan {
+                tracepoint: "t".into(),
+                filter: Filter::Cmp(Operand::Field(field.into()), op, konst),
+                keys: Vec::new(),
+                aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
+                capacity: 16,
+                carry: Vec::new(),
+            };
+            let c = Compiler { tp: "t", schema: &schema, bag_keys: RefCell::new(Vec::new()) }.compile(&plan);
+            let Fast::Int { lo, width, outside, .. } = c.expect("compiles").fast() else {
+                return Err(TestCaseError::fail("one integer comparison is Fast::Int"));
+            };
+            prop_assert_eq!(in_range(v, lo, width, outside), op.test(&v, &k), "{} {:?} {}", v, op, k);
         }
     }
 
