@@ -335,6 +335,8 @@ struct Fixed {
     keys: [Src; MAX_KEYS],
     /// `i128` slots of an entry's header and key words (`(2 + keys) / 2`).
     head: usize,
+    /// Every aggregate is `count(*)`: each cell adds one, no inputs are read.
+    counts: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -553,7 +555,11 @@ impl Compiler<'_> {
         let fixed = (scalar_keys && !aggs.iter().any(|(k, _)| k.bucketed())).then(|| {
             let mut fk = [Src::Field(0); MAX_KEYS];
             fk[..keys.len()].copy_from_slice(&keys);
-            Fixed { keys: fk, head: (2 + keys.len()) / 2 }
+            Fixed {
+                keys: fk,
+                head: (2 + keys.len()) / 2,
+                counts: aggs.iter().all(|(k, _)| *k == AggKind::Count),
+            }
         });
         Ok(Compiled {
             ops,
@@ -1410,7 +1416,11 @@ fn update_fixed<F: Fields, const K: usize, const H: usize>(
             t.drops.table_full += 1;
             return;
         };
-        add_scalars(c, cells, ints);
+        if f.counts {
+            cells.iter_mut().for_each(|n| *n += 1);
+        } else {
+            add_scalars(c, cells, ints);
+        }
         t.events += 1;
     });
     true
