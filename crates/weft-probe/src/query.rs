@@ -1398,7 +1398,7 @@ fn update_fixed<F: Fields, const K: usize, const H: usize>(
         *w = bits;
         tags |= tag << (2 * j);
     }
-    // a plan without inputs (count only) reads a zero array instead of clearing one
+    // a count-only plan has no inputs: nothing to read, no array to clear
     let buf;
     let ints = if c.has_inputs {
         buf = read_ints(c, ev, ctx);
