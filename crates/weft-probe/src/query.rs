@@ -42,9 +42,14 @@
 //! * Per-thread state is a bounded open-addressing table; a full table drops the event and
 //!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
 //!   quantile sketch) take one table entry per (group, bucket) hit.
-//! * A plan whose keys are all typed scalars and whose aggregates are not bucketed (count, sum,
-//!   min, max, avg) updates its one entry in a small function specialized on the key's word
-//!   count; text passed for such a key field takes the general update (it groups as text).
+//! * A plan whose keys are all typed scalars (at most [`MAX_KEYS`], one word each) and whose
+//!   aggregates are not bucketed (count, sum, min, max, avg) takes the fixed-width path,
+//!   chosen at install: a group is one entry of one array (a header word with the hash and
+//!   the keys' type tags, the key words, the cells), updated by code specialized on the key
+//!   count. Text passed for such a key field takes the general update (it groups as text, in
+//!   the table's general arrays; both count towards one capacity). Such a plan's per-thread
+//!   table holds both, so each of its `capacity` entries takes 16 to 48 bytes (header and
+//!   keys) and 16 per cell more than a general plan's.
 //! * A thread takes its own table with plain stores and a compiler fence where the process
 //!   could register for Linux's `membarrier` (the collector then pays the fence; see
 //!   [`asymmetric`]), with a compare-exchange otherwise. While [`collect`] swaps a thread's
@@ -315,9 +320,23 @@ struct Compiled {
     /// The filter as a tracepoint pre-filter (field, comparison, constant), when it is one
     /// comparison of a `u64` field with a small constant.
     prefilter: Option<(u8, u8, u64)>,
-    /// Every key is a typed scalar (at most `1 + MAX_KEYS` key words) and no aggregate is
-    /// bucketed: an event updates one table entry ([`update_scalar`], not [`update`]).
-    scalar: bool,
+    /// Every key is a typed scalar and no aggregate is bucketed: the fixed-width path.
+    fixed: Option<Fixed>,
+}
+
+/// The fixed-width path of a plan ([`Compiled::fixed`], chosen at compile time): every group
+/// key is a typed scalar (one word, its type in a 2-bit tag) and every aggregate is
+/// count/sum/min/max/avg, so a group is one entry of one array — a header word (hash and
+/// tags), the key words and the cells, inline ([`Table::fixed_entry`]). An event whose key
+/// value is not a scalar after all (text passed for a field declared numeric) takes the
+/// general path ([`update`]) into the same table's general arrays; it groups as text there.
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    keys: [Src; MAX_KEYS],
+    /// `i128` slots of an entry's header and key words (`(2 + keys) / 2`).
+    head: usize,
+    /// Every aggregate is `count(*)`: each cell adds one, no inputs are read.
+    counts: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -533,7 +552,15 @@ impl Compiler<'_> {
             }
             _ => None,
         };
-        let scalar = scalar_keys && !aggs.iter().any(|(k, _)| k.bucketed());
+        let fixed = (scalar_keys && !aggs.iter().any(|(k, _)| k.bucketed())).then(|| {
+            let mut fk = [Src::Field(0); MAX_KEYS];
+            fk[..keys.len()].copy_from_slice(&keys);
+            Fixed {
+                keys: fk,
+                head: (2 + keys.len()) / 2,
+                counts: aggs.iter().all(|(k, _)| *k == AggKind::Count),
+            }
+        });
         Ok(Compiled {
             ops,
             keys,
@@ -545,7 +572,7 @@ impl Compiler<'_> {
             bag_keys,
             carry,
             prefilter,
-            scalar,
+            fixed,
         })
     }
 }
@@ -596,22 +623,28 @@ fn read<'a, F: Fields>(src: Src, ev: &'a F, ctx: &'a ThreadCtx) -> Option<Val<'a
             Scalar::Bool(b) => Val::Bool(b),
             Scalar::Bytes(b) => Val::Bytes(b),
         },
-        Src::Ctx(c) => match c {
-            Ctx::Pid => Val::Int(ctx.pid as i128),
-            Ctx::Tid => Val::Int(ctx.tid as i128),
-            Ctx::Comm => Val::Bytes(&ctx.comm),
-            Ctx::Host => Val::Bytes(&ctx.host),
-            // SAFETY: sched_getcpu has no preconditions.
-            Ctx::Cpu => Val::Int(unsafe { libc::sched_getcpu() }.max(0) as i128),
-            Ctx::Time => Val::Int(crate::clock::realtime_ns() as i128),
-            Ctx::TraceId => Val::Trace(crate::thread::current_ids().0.to_be_bytes()),
-            Ctx::SpanId => Val::Int(crate::thread::current_ids().1 as i128),
-        },
+        Src::Ctx(c) => read_ctx(c, ctx),
         Src::Baggage(i) => {
             let i = i as usize;
             Val::Bytes(&ctx.bag.get(i)?[..*ctx.bag_len.get(i)? as usize])
         }
     })
+}
+
+/// A context value (out of line: the event's own fields are the common case).
+#[inline(never)]
+fn read_ctx(c: Ctx, ctx: &ThreadCtx) -> Val<'_> {
+    match c {
+        Ctx::Pid => Val::Int(ctx.pid as i128),
+        Ctx::Tid => Val::Int(ctx.tid as i128),
+        Ctx::Comm => Val::Bytes(&ctx.comm),
+        Ctx::Host => Val::Bytes(&ctx.host),
+        // SAFETY: sched_getcpu has no preconditions.
+        Ctx::Cpu => Val::Int(unsafe { libc::sched_getcpu() }.max(0) as i128),
+        Ctx::Time => Val::Int(crate::clock::realtime_ns() as i128),
+        Ctx::TraceId => Val::Trace(crate::thread::current_ids().0.to_be_bytes()),
+        Ctx::SpanId => Val::Int(crate::thread::current_ids().1 as i128),
+    }
 }
 
 /// Evaluate the filter: `Some(pass)`, or `None` when a value had an unexpected type.
@@ -744,11 +777,20 @@ struct Meta {
     bucket: i32,
 }
 
+/// A thread's groups of one query. The general arrays (`meta`, `keys`, `cells`) take every
+/// plan's groups; a fixed-width plan ([`Fixed`]) keeps its scalar-keyed groups in `fixed`
+/// instead (empty for other plans) and only groups of text passed in a numeric key field in
+/// the general arrays. `used` counts the groups of both, so the table fills (7/8 of the
+/// capacity) exactly when a general-only table would.
 struct Table {
     meta: Box<[Meta]>,
     keys: Box<[[u64; KEY_WORDS]]>,
     cells: Box<[i128]>,
     stride: usize,
+    /// Fixed-width entries of `fixed_stride` slots: header and key words packed two per slot
+    /// (`Fixed::head` slots: header, key 0, key 1, …), then the cells.
+    fixed: Box<[i128]>,
+    fixed_stride: usize,
     used: usize,
     events: u64,
     drops: Drops,
@@ -761,6 +803,11 @@ impl Table {
             keys: vec![[0u64; KEY_WORDS]; c.capacity].into_boxed_slice(),
             cells: vec![0i128; c.capacity * c.cells].into_boxed_slice(),
             stride: c.cells,
+            fixed: match c.fixed {
+                Some(f) => vec![0i128; c.capacity * (f.head + c.cells)].into_boxed_slice(),
+                None => Box::new([]),
+            },
+            fixed_stride: c.fixed.map_or(0, |f| f.head + c.cells),
             used: 0,
             events: 0,
             drops: Drops::default(),
@@ -804,52 +851,134 @@ impl Table {
         }
     }
 
+    /// The fixed-width entry of `key` (header `hdr`, see [`header`]), inserted (cells
+    /// initialised by `init`) if absent; `None` when the table is full (7/8 of its capacity,
+    /// counting the general arrays' groups too).
+    #[inline(always)]
+    fn fixed_entry<const K: usize, const H: usize>(
+        &mut self,
+        hdr: u64,
+        key: &[u64; K],
+        init: impl FnOnce(&mut [i128]),
+    ) -> Option<&mut [i128]> {
+        let head = pack::<K, H>(hdr, key);
+        let stride = self.fixed_stride;
+        let cap = self.meta.len();
+        // the entry's first slot (one multiply; probing steps on by `stride`)
+        let mut at = ((hdr >> 9) as usize & (cap - 1)) * stride;
+        loop {
+            let e = self.fixed.get_mut(at..at + stride)?;
+            let (h, cells) = e.split_at_mut_checked(H)?;
+            if *h == head {
+                return self.fixed.get_mut(at + H..at + stride);
+            }
+            if h[0] == 0 {
+                if (self.used + 1) * 8 > cap * 7 {
+                    return None;
+                }
+                h.copy_from_slice(&head);
+                init(cells);
+                self.used += 1;
+                return self.fixed.get_mut(at + H..at + stride);
+            }
+            at += stride;
+            if at == self.fixed.len() {
+                at = 0;
+            }
+        }
+    }
+
     fn to_partial(&self, c: &Compiled) -> Partial {
         let mut p = Partial { events: self.events, drops: self.drops, ..Partial::default() };
+        let empty = || c.aggs.iter().map(|(k, _)| k.empty()).collect::<Vec<_>>();
         for (i, m) in self.meta.iter().enumerate() {
             if m.hash == 0 {
                 continue;
             }
             let key = decode_key(&self.keys[i][..m.key_len as usize], c.keys.len());
-            let states =
-                p.groups.entry(key).or_insert_with(|| c.aggs.iter().map(|(k, _)| k.empty()).collect());
+            let states = p.groups.entry(key).or_insert_with(empty);
             let cells = &self.cells[i * self.stride..(i + 1) * self.stride];
             if m.tag == 0 {
-                let mut ci = 0;
-                for ((kind, _), st) in c.aggs.iter().zip(states.iter_mut()) {
-                    if kind.bucketed() {
-                        continue;
-                    }
-                    let a = cells[ci];
-                    *st = match kind {
-                        AggKind::Count => State::Count(a as u64),
-                        AggKind::Sum => State::Sum(a),
-                        AggKind::Min => State::Min((a != i128::MAX).then_some(a)),
-                        AggKind::Max => State::Max((a != i128::MIN).then_some(a)),
-                        _ => State::Avg { sum: a, count: cells[ci + 1] as u64 },
-                    };
-                    ci += if matches!(kind, AggKind::Avg) { 2 } else { 1 };
-                }
+                scalar_states(c, cells, states);
             } else if let Some(State::Buckets(b)) = states.get_mut(m.tag as usize - 1) {
                 b.insert(m.bucket, cells[0] as u64);
+            }
+        }
+        if let Some(f) = c.fixed {
+            for e in self.fixed.chunks_exact(self.fixed_stride) {
+                let (head, cells) = e.split_at(f.head);
+                let words: Vec<u64> = head.iter().flat_map(|s| [*s as u64, (*s >> 64) as u64]).collect();
+                let hdr = words[0];
+                if hdr == 0 {
+                    continue;
+                }
+                // the general encoding's tag word: one 16-bit tag per key
+                let tags = (0..c.keys.len()).fold(0u64, |t, j| t | (hdr >> (2 * j) & 3) << (16 * j));
+                let mut general = vec![tags];
+                general.extend_from_slice(&words[1..=c.keys.len()]);
+                let states = p.groups.entry(decode_key(&general, c.keys.len())).or_insert_with(empty);
+                scalar_states(c, cells, states);
             }
         }
         p
     }
 }
 
-/// The entry hash (never 0, which marks an empty entry): the key words folded with
-/// rotations, then one multiply and a shift mix (one multiply on the dependency chain of the
-/// table lookup; probing compares whole keys, so a collision costs a probe, never a wrong group).
+/// A group's scalar cells (count, sum, min, max, avg; bucketed aggregates have none) as states.
+fn scalar_states(c: &Compiled, cells: &[i128], states: &mut [State]) {
+    let mut ci = 0;
+    for ((kind, _), st) in c.aggs.iter().zip(states.iter_mut()) {
+        if kind.bucketed() {
+            continue;
+        }
+        let a = cells[ci];
+        *st = match kind {
+            AggKind::Count => State::Count(a as u64),
+            AggKind::Sum => State::Sum(a),
+            AggKind::Min => State::Min((a != i128::MAX).then_some(a)),
+            AggKind::Max => State::Max((a != i128::MIN).then_some(a)),
+            _ => State::Avg { sum: a, count: cells[ci + 1] as u64 },
+        };
+        ci += if matches!(kind, AggKind::Avg) { 2 } else { 1 };
+    }
+}
+
+/// A fixed-width entry's header and key words packed into `H` slots (two words a slot, the
+/// header first).
+#[inline(always)]
+fn pack<const K: usize, const H: usize>(hdr: u64, key: &[u64; K]) -> [i128; H] {
+    let mut out = [0i128; H];
+    for (w, v) in std::iter::once(&hdr).chain(key).enumerate() {
+        out[w / 2] |= ((*v as u128) << (64 * (w % 2))) as i128;
+    }
+    out
+}
+
+/// The general entry hash (never 0, which marks an empty entry).
 #[inline(always)]
 fn hash(key: &[u64], tag: u8, bucket: i32) -> u64 {
+    mix((tag as u64) << 32 ^ bucket as u32 as u64, key) | 1
+}
+
+/// A fixed-width entry's header word: the hash in bits 9-63 (its low bits pick the slot),
+/// bit 8 set (0 marks an empty entry), the keys' 2-bit type tags in bits 0-7.
+#[inline(always)]
+fn header(key: &[u64], tags: u64) -> u64 {
+    mix(tags, key) << 9 | 0x100 | tags
+}
+
+/// The key words folded with rotations into `seed`, then one multiply and a shift mix (one
+/// multiply on the dependency chain of the table lookup; probing compares whole keys, so a
+/// collision costs a probe, never a wrong group).
+#[inline(always)]
+fn mix(seed: u64, key: &[u64]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = (tag as u64) << 32 ^ bucket as u32 as u64;
+    let mut h = seed;
     for w in key {
         h = h.rotate_left(23) ^ w;
     }
     let h = h.wrapping_mul(K);
-    (h ^ h >> 29 ^ h >> 47) | 1
+    h ^ h >> 29 ^ h >> 47
 }
 
 #[inline(always)]
@@ -1013,6 +1142,8 @@ struct Attached {
     fast: Fast,
     /// The plan neither reads nor carries baggage (copied here like `fast`).
     plain: bool,
+    /// The plan's fixed-width path and key count (copied here like `fast`).
+    fixed: Option<(Fixed, u8)>,
     query: Arc<Installed>,
     partial: Arc<ThreadPartial>,
 }
@@ -1021,17 +1152,34 @@ struct Attached {
 enum Fast {
     /// No filter.
     All,
-    /// One comparison of an integer field with a constant.
-    Int { field: u8, op: CmpOp, c: i128 },
+    /// One comparison of an integer field with a constant, as a range test without branches:
+    /// the value `v` passes when `(v - lo) as u128 <= width` differs from `outside`.
+    Int { field: u8, lo: i128, width: u128, outside: bool },
     /// Anything else: the postfix program.
     General,
+}
+
+/// [`Fast::Int`]'s test.
+#[inline(always)]
+fn in_range(v: i128, lo: i128, width: u128, outside: bool) -> bool {
+    (v.wrapping_sub(lo) as u128 <= width) != outside
 }
 
 impl Compiled {
     fn fast(&self) -> Fast {
         match self.ops.as_slice() {
             [Op::Const(true)] | [] => Fast::All,
-            [Op::Cmp(Src::Field(field), Test::Int(op, c))] => Fast::Int { field: *field, op: *op, c: *c },
+            [Op::Cmp(Src::Field(field), Test::Int(op, c))] => {
+                // constants and values come from i64/u64: `c + 1` does not overflow, and
+                // `v - lo` leaves [0, width] exactly when `v` leaves [lo, i128::MAX]
+                let (lo, outside) = match op {
+                    CmpOp::Eq | CmpOp::Ne => (*c, *op == CmpOp::Ne),
+                    CmpOp::Ge | CmpOp::Lt => (*c, *op == CmpOp::Lt),
+                    CmpOp::Gt | CmpOp::Le => (*c + 1, *op == CmpOp::Le),
+                };
+                let width = if matches!(op, CmpOp::Eq | CmpOp::Ne) { 0 } else { i128::MAX.abs_diff(lo) };
+                Fast::Int { field: *field, lo, width, outside }
+            }
             _ => Fast::General,
         }
     }
@@ -1088,9 +1236,9 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
             }
             let pass = match a.fast {
                 Fast::All => Some(true),
-                Fast::Int { field, op, c: k } => match ev.field(field) {
-                    Some(Scalar::U64(v)) => Some(op.test(&(v as i128), &k)),
-                    Some(Scalar::I64(v)) => Some(op.test(&(v as i128), &k)),
+                Fast::Int { field, lo, width, outside } => match ev.field(field) {
+                    Some(Scalar::U64(v)) => Some(in_range(v as i128, lo, width, outside)),
+                    Some(Scalar::I64(v)) => Some(in_range(v as i128, lo, width, outside)),
                     _ => eval(c, ev, ctx),
                 },
                 Fast::General => eval(c, ev, ctx),
@@ -1099,23 +1247,37 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
                 if !a.plain && !c.carry.is_empty() {
                     carry(c, ev, ctx);
                 }
-                // the scalar plans' own small function first (the general one keeps large
-                // buffers on its stack)
-                let done = c.scalar
-                    && pass.is_some()
-                    && match c.keys.len() {
-                        0 => update_scalar::<F, 1>(c, &a.partial, ev, ctx),
-                        1 => update_scalar::<F, 2>(c, &a.partial, ev, ctx),
-                        2 => update_scalar::<F, 3>(c, &a.partial, ev, ctx),
-                        3 => update_scalar::<F, 4>(c, &a.partial, ev, ctx),
-                        _ => update_scalar::<F, { 1 + MAX_KEYS }>(c, &a.partial, ev, ctx),
-                    };
-                if !done {
-                    update(c, &a.partial, ev, ctx, pass.is_some());
-                }
+                aggregate(c, a.fixed.as_ref(), &a.partial, ev, ctx, pass.is_some());
             }
         }
     });
+}
+
+/// Aggregate an event that passed the filter (`typed`: the filter saw the types it expected):
+/// the fixed-width path when the plan has one and the key values are scalars, else the
+/// general one.
+#[inline(always)]
+fn aggregate<F: Fields>(
+    c: &Compiled,
+    fixed: Option<&(Fixed, u8)>,
+    partial: &ThreadPartial,
+    ev: &F,
+    ctx: &ThreadCtx,
+    typed: bool,
+) {
+    let done = match (fixed, typed) {
+        (Some((f, nkeys)), true) => match nkeys {
+            0 => update_fixed::<F, 0, 1>(c, f, partial, ev, ctx),
+            1 => update_fixed::<F, 1, 1>(c, f, partial, ev, ctx),
+            2 => update_fixed::<F, 2, 2>(c, f, partial, ev, ctx),
+            3 => update_fixed::<F, 3, 2>(c, f, partial, ev, ctx),
+            _ => update_fixed::<F, MAX_KEYS, { (2 + MAX_KEYS) / 2 }>(c, f, partial, ev, ctx),
+        },
+        _ => false,
+    };
+    if !done {
+        update(c, partial, ev, ctx, typed);
+    }
 }
 
 /// Pack the plan's carried values into the request's baggage (text as is, numbers in decimal).
@@ -1211,50 +1373,76 @@ fn update<F: Fields>(c: &Compiled, partial: &ThreadPartial, ev: &F, ctx: &Thread
     });
 }
 
-/// The scalar plans' update ([`Compiled::scalar`]): the key in `N` words (its tags and one
-/// word per key; a length known at compile time), integer inputs, one table entry. `false`
-/// (nothing done) when a key value is not a scalar after all (an event passed text for a field
-/// declared numeric): the general update takes it.
-#[inline(never)]
-fn update_scalar<F: Fields, const N: usize>(
+/// The fixed-width path's update ([`Fixed`]): `K` key words (their tags go into the header)
+/// and `H` header slots known at compile time, integer inputs, one entry. `false` (nothing
+/// done) when a key value is not a scalar after all (an event passed text for a field declared
+/// numeric, or lacks the field): the general update takes the event.
+#[inline(always)]
+fn update_fixed<F: Fields, const K: usize, const H: usize>(
     c: &Compiled,
+    f: &Fixed,
     partial: &ThreadPartial,
     ev: &F,
     ctx: &ThreadCtx,
 ) -> bool {
-    let mut key = [0u64; N];
-    if encode_key(&c.keys, ev, ctx, &mut key) != Some(N) {
-        return false;
+    let mut key = [0u64; K];
+    let mut tags = 0u64;
+    for (j, (w, src)) in key.iter_mut().zip(&f.keys).enumerate() {
+        let (tag, bits) = match read(*src, ev, ctx) {
+            Some(Val::Int(x)) if x < 0 => (0u64, x as i64 as u64),
+            Some(Val::Int(x)) => (1, x as u64),
+            Some(Val::Float(x)) => (2, x.to_bits()),
+            Some(Val::Bool(b)) => (3, b as u64),
+            _ => return false,
+        };
+        *w = bits;
+        tags |= tag << (2 * j);
     }
-    let mut ints = [0i128; MAX_AGGS];
-    let mut typed = true;
-    if c.has_inputs {
-        for (v, (_, src)) in ints.iter_mut().zip(&c.aggs) {
-            *v = match src.map(|s| read(s, ev, ctx)) {
-                None => 0,
-                Some(Some(Val::Int(x))) => x,
-                Some(Some(Val::Bool(b))) => b as i128,
-                Some(Some(Val::Float(f))) => f as i128,
-                Some(_) => {
-                    typed = false;
-                    0
-                }
-            };
-        }
-    }
+    // a count-only plan has no inputs: nothing to read, no array to clear
+    let buf;
+    let ints = if c.has_inputs {
+        buf = read_ints(c, ev, ctx);
+        buf.as_ref()
+    } else {
+        Some(&NO_INPUTS)
+    };
+    let hdr = header(&key, tags);
     partial.try_with(|t| {
-        if !typed {
+        let Some(ints) = ints else {
             t.drops.type_mismatch += 1;
             return;
-        }
-        let Some(cells) = t.entry(&key, 0, 0, |cells| init_cells(c, cells)) else {
+        };
+        let Some(cells) = t.fixed_entry::<K, H>(hdr, &key, |cells| init_cells(c, cells)) else {
             t.drops.table_full += 1;
             return;
         };
-        add_scalars(c, cells, &ints);
+        if f.counts {
+            cells.iter_mut().for_each(|n| *n += 1);
+        } else {
+            add_scalars(c, cells, ints);
+        }
         t.events += 1;
     });
     true
+}
+
+static NO_INPUTS: [i128; MAX_AGGS] = [0; MAX_AGGS];
+
+/// The aggregates' integer inputs of an event (0 for `count(*)`); `None` when one is not a
+/// number.
+#[inline(always)]
+fn read_ints<F: Fields>(c: &Compiled, ev: &F, ctx: &ThreadCtx) -> Option<[i128; MAX_AGGS]> {
+    let mut ints = [0i128; MAX_AGGS];
+    for (v, (_, src)) in ints.iter_mut().zip(&c.aggs) {
+        *v = match src.map(|s| read(s, ev, ctx)) {
+            None => 0,
+            Some(Some(Val::Int(x))) => x,
+            Some(Some(Val::Bool(b))) => b as i128,
+            Some(Some(Val::Float(f))) => f as i128,
+            Some(_) => return None,
+        };
+    }
+    Some(ints)
 }
 
 /// Add one event's inputs (`ints[j]` for aggregate `j`; 0 without input) to a group's scalar
@@ -1338,6 +1526,7 @@ fn refresh(t: &mut Tls, epoch: u64) -> bool {
                 tp: *tp as *const Tracepoint,
                 fast: inst.compiled.fast(),
                 plain: inst.compiled.bag_keys.is_empty() && inst.compiled.carry.is_empty(),
+                fixed: inst.compiled.fixed.map(|f| (f, inst.compiled.keys.len() as u8)),
                 query: inst.clone(),
                 partial: partial.clone(),
             });
@@ -1459,4 +1648,175 @@ pub fn collect(id: QueryId) -> Option<Partial> {
         threads.iter().zip(&exited).filter(|(_, e)| **e).map(|(p, _)| Arc::as_ptr(p)).collect();
     lock(&inst.threads).retain(|p| !gone.contains(&Arc::as_ptr(p)));
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Key and input candidates: every scalar type, context values, a field also read as input.
+    const SCHEMA: &str = "a:u64,b:i64,c:bool,d:f64,e:u64";
+
+    fn compile(keys: Vec<Operand>, aggs: Vec<AggSpec>, capacity: usize) -> Compiled {
+        let schema = FieldSpec::parse_list(SCHEMA);
+        let plan =
+            Plan { tracepoint: "t".into(), filter: Filter::True, keys, aggs, capacity, carry: Vec::new() };
+        let c = Compiler { tp: "t", schema: &schema, bag_keys: RefCell::new(Vec::new()) }.compile(&plan);
+        c.expect("plans of the fixed-width domain compile")
+    }
+
+    fn ctx() -> ThreadCtx {
+        ThreadCtx {
+            pid: 42,
+            tid: 7,
+            comm: b"t".to_vec(),
+            host: b"h".to_vec(),
+            bag: [[0; KEY_STR_MAX]; MAX_KEYS],
+            bag_len: [0; MAX_KEYS],
+        }
+    }
+
+    /// An event of the schema; text where a numeric key (`a`) or input (`e`) is declared.
+    #[derive(Debug, Clone)]
+    enum Ev {
+        Num(u64, i64, bool, f64, u64),
+        TextKey(&'static str, i64, bool, f64, u64),
+        TextInput(u64, i64, bool, f64, &'static str),
+    }
+
+    /// Feed the events through the fixed-width dispatch (`fixed`) or the general update only.
+    fn run(c: &Compiled, events: &[Ev], fixed: bool) -> Partial {
+        let part = ThreadPartial::new(c);
+        let f = c.fixed.map(|f| (f, c.keys.len() as u8)).filter(|_| fixed);
+        let ctx = ctx();
+        for ev in events {
+            match ev {
+                Ev::Num(a, b, cc, d, e) => {
+                    aggregate(c, f.as_ref(), &part, &(*a, *b, *cc, *d, *e), &ctx, true)
+                }
+                Ev::TextKey(a, b, cc, d, e) => {
+                    aggregate(c, f.as_ref(), &part, &(*a, *b, *cc, *d, *e), &ctx, true)
+                }
+                Ev::TextInput(a, b, cc, d, e) => {
+                    aggregate(c, f.as_ref(), &part, &(*a, *b, *cc, *d, *e), &ctx, true)
+                }
+            }
+        }
+        part.try_with(|t| t.to_partial(c)).expect("no collector holds the table")
+    }
+
+    fn key() -> impl Strategy<Value = Operand> {
+        prop_oneof![
+            Just(Operand::Field("a".into())),
+            Just(Operand::Field("b".into())),
+            Just(Operand::Field("c".into())),
+            Just(Operand::Field("d".into())),
+            Just(Operand::Field("e".into())),
+            Just(Operand::Ctx(Ctx::Pid)),
+            Just(Operand::Ctx(Ctx::Tid)),
+        ]
+    }
+
+    fn agg() -> impl Strategy<Value = AggSpec> {
+        let input = prop_oneof![Just("a"), Just("b"), Just("c"), Just("e")];
+        (0..5u8, input).prop_map(|(k, i)| {
+            let kind = [AggKind::Count, AggKind::Sum, AggKind::Min, AggKind::Max, AggKind::Avg][k as usize];
+            AggSpec { kind, input: kind.takes_input().then(|| Operand::Field(i.into())) }
+        })
+    }
+
+    fn event() -> impl Strategy<Value = Ev> {
+        let d = prop_oneof![Just(0.0), Just(-0.0), Just(1.5), Just(f64::NAN), Just(-2.25)];
+        let e = prop_oneof![Just(0u64), Just(3), Just(1 << 63), Just(u64::MAX)];
+        let text = prop_oneof![Just("x"), Just("yy"), Just("longer than one key word of eight bytes")];
+        let num = (0..6u64, -3..3i64, any::<bool>(), d, e);
+        prop_oneof![
+            8 => num.clone().prop_map(|(a, b, c, d, e)| Ev::Num(a, b, c, d, e)),
+            1 => (text.clone(), num.clone()).prop_map(|(t, (_, b, c, d, e))| Ev::TextKey(t, b, c, d, e)),
+            1 => (text, num).prop_map(|(t, (a, b, c, d, _))| Ev::TextInput(a, b, c, d, t)),
+        ]
+    }
+
+    proptest! {
+        /// The fixed-width path groups, aggregates, fills and drops exactly as the general
+        /// path does, text in numeric key fields (general arrays, same fill count) included.
+        #[test]
+        fn fixed_width_path_equals_the_general_path(
+            keys in proptest::collection::vec(key(), 0..=MAX_KEYS),
+            aggs in proptest::collection::vec(agg(), 1..=MAX_AGGS),
+            capacity in prop_oneof![Just(16usize), Just(64)],
+            events in proptest::collection::vec(event(), 0..120),
+        ) {
+            let c = compile(keys, aggs, capacity);
+            prop_assert!(c.fixed.is_some(), "scalar keys and unbucketed aggregates take the fixed path");
+            prop_assert_eq!(run(&c, &events, true), run(&c, &events, false));
+        }
+    }
+
+    fn op() -> impl Strategy<Value = CmpOp> {
+        prop_oneof![
+            Just(CmpOp::Eq),
+            Just(CmpOp::Ne),
+            Just(CmpOp::Lt),
+            Just(CmpOp::Le),
+            Just(CmpOp::Gt),
+            Just(CmpOp::Ge),
+        ]
+    }
+
+    /// Near the constant, at the ends of both types, anywhere.
+    fn int() -> impl Strategy<Value = i128> {
+        prop_oneof![
+            -3i128..3,
+            Just(i64::MIN as i128),
+            Just(i64::MAX as i128),
+            Just(u64::MAX as i128),
+            Just(1i128 << 63),
+            any::<i64>().prop_map(i128::from),
+            any::<u64>().prop_map(i128::from),
+        ]
+    }
+
+    proptest! {
+        /// The one-comparison filter's range test is the comparison, for every operator and
+        /// any u64/i64 value and constant.
+        #[test]
+        fn range_filter_is_the_comparison(op in op(), k in int(), d in -2i128..=2, v in int()) {
+            let k = k + d;
+            let (field, konst) = match (i64::try_from(k), u64::try_from(k)) {
+                (Ok(x), _) => ("b", Const::Int(x)),
+                (_, Ok(x)) => ("a", Const::Uint(x)),
+                _ => return Ok(()),
+            };
+            let schema = FieldSpec::parse_list(SCHEMA);
+            let plan = Plan {
+                tracepoint: "t".into(),
+                filter: Filter::Cmp(Operand::Field(field.into()), op, konst),
+                keys: Vec::new(),
+                aggs: vec![AggSpec { kind: AggKind::Count, input: None }],
+                capacity: 16,
+                carry: Vec::new(),
+            };
+            let c = Compiler { tp: "t", schema: &schema, bag_keys: RefCell::new(Vec::new()) }.compile(&plan);
+            let Fast::Int { lo, width, outside, .. } = c.expect("compiles").fast() else {
+                return Err(TestCaseError::fail("one integer comparison is Fast::Int"));
+            };
+            prop_assert_eq!(in_range(v, lo, width, outside), op.test(&v, &k), "{} {:?} {}", v, op, k);
+        }
+    }
+
+    #[test]
+    fn fixed_width_tables_fill_with_text_groups_counted() {
+        let c = compile(
+            vec![Operand::Field("a".into())],
+            vec![AggSpec { kind: AggKind::Count, input: None }],
+            16,
+        );
+        let mut events: Vec<Ev> = ["x", "yy"].iter().map(|t| Ev::TextKey(t, 0, false, 0.0, 0)).collect();
+        events.extend((0..20).map(|a| Ev::Num(a, 0, false, 0.0, 0)));
+        let p = run(&c, &events, true);
+        assert_eq!(p, run(&c, &events, false));
+        assert_eq!((p.groups.len(), p.events, p.drops.table_full), (14, 14, 8), "2 text + 12 scalar groups");
+    }
 }
