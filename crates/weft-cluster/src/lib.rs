@@ -4,23 +4,28 @@
 //!
 //! [`register_store`] registers the tables `spans`, `span_events`, `span_links` and `events`
 //! in a (Ballista) DataFusion session, with the columns of [`weft_store::Store::sql`], built
-//! from the Parquet files that the store directory's manifest names: one listing table per
-//! table over exactly those files. Segments that keep their resources apart (a
-//! `span_resources` file, span rows carrying a `resource_ref`) get the four `resource_*`
-//! columns back by a join on `resource_ref`, which a cluster runs like any other join.
-//! [`query`] connects to a Ballista scheduler, registers the tables and runs one read-only
-//! statement.
+//! from the Parquet files that the store's manifest names — a data directory's, or a bucket's
+//! (`s3://bucket/prefix`, see [`StoreAt`]): one listing table per table over exactly those
+//! files. Segments that keep their resources apart (a `span_resources` file, span rows
+//! carrying a `resource_ref`) get the four `resource_*` columns back by a join on
+//! `resource_ref`, which a cluster runs like any other join. [`query`] connects to a Ballista
+//! scheduler, registers the tables and runs one read-only statement.
+//!
+//! Where the files are read: from a data directory, every node must see it at the same path (a
+//! shared file system); from a bucket, each node reads the objects itself, with the S3 client
+//! a store uses ([`weft_store::s3_store`]: the `AWS_*` environment, over it a credentials
+//! file), which [`BucketRegistry`] adds to the sessions of the scheduler (it plans with the
+//! files' Parquet metadata) and the executors (they read the row groups).
 //!
 //! What a cluster sees is the segments only: spans still in a running store's write-ahead log
 //! and in-memory buffer (not yet flushed) are not in its answers. Trace by id and search stay
-//! on weft's own single-node path. The scheduler plans with the files' Parquet metadata and
-//! the executors read the files, so every node must see the store directory at the same path
-//! (a shared file system).
+//! on weft's own single-node path.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ballista::prelude::SessionContextExt;
+use url::Url;
 use weft_store::datafusion::arrow::compute::concat_batches;
 use weft_store::datafusion::arrow::datatypes::SchemaRef;
 use weft_store::datafusion::catalog::TableProvider;
@@ -29,18 +34,21 @@ use weft_store::datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use weft_store::datafusion::error::DataFusionError;
+use weft_store::datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use weft_store::datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use weft_store::datafusion::logical_expr::JoinType;
+use weft_store::datafusion::object_store::ObjectStore;
 use weft_store::datafusion::prelude::{SQLOptions, SessionContext, col};
 use weft_store::manifest::{self, Manifest};
 use weft_store::schema;
-use weft_store::{SqlResult, StoreError};
+use weft_store::{BucketConfig, SqlResult, StoreError};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The directory holds no manifest.
-    #[error("{0} is not a weft data directory with segments (no MANIFEST.json)")]
-    NotAStore(PathBuf),
+    /// The directory or the bucket's prefix holds no manifest.
+    #[error("{0} is not a weft data directory or bucket prefix with segments (no MANIFEST.json)")]
+    NotAStore(String),
     /// The manifest could not be read.
     #[error("reading the manifest: {0}")]
     Manifest(#[from] StoreError),
@@ -89,12 +97,55 @@ pub struct Registered {
 /// span links, say) finds nothing and the table is empty, with its columns.
 const NO_FILE: &str = ".weft-cluster-table-without-files";
 
+/// Where a store's segments are: the data directory a collector writes (every node sees it
+/// at this path), or the bucket it uploads them to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreAt {
+    /// A data directory.
+    Dir(PathBuf),
+    /// `s3://bucket/prefix`, and the credentials file read over the `AWS_*` environment.
+    Bucket(BucketConfig),
+}
+
+impl StoreAt {
+    /// `s3://bucket/prefix` is a bucket (with `credentials_file`), anything else a directory.
+    pub fn parse(at: &str, credentials_file: Option<PathBuf>) -> StoreAt {
+        if at.starts_with("s3://") {
+            StoreAt::Bucket(BucketConfig { url: at.to_owned(), credentials_file })
+        } else {
+            StoreAt::Dir(PathBuf::from(at))
+        }
+    }
+}
+
+/// The manifest at `at` and the location of its segment files (a directory path or
+/// `s3://bucket/prefix/segments/`, ending in `/`). A bucket's client is registered in `ctx`'s
+/// runtime too (a local session reads through it; a Ballista client's session plans nothing).
+fn manifest_at(ctx: &SessionContext, at: &StoreAt) -> Result<(Manifest, String)> {
+    match at {
+        StoreAt::Dir(dir) => {
+            let m = manifest::load(dir)?.ok_or_else(|| ClusterError::NotAStore(dir.display().to_string()))?;
+            let seg_dir = std::path::absolute(dir.join("segments"))
+                .map_err(|e| ClusterError::Path { path: dir.join("segments"), reason: e.to_string() })?;
+            Ok((m, format!("{}/", seg_dir.display())))
+        }
+        StoreAt::Bucket(b) => {
+            let (m, segments) = weft_store::read_manifest(b)?;
+            let m = m.ok_or_else(|| ClusterError::NotAStore(b.url.clone()))?;
+            let url = Url::parse(&segments)
+                .map_err(|e| ClusterError::Path { path: PathBuf::from(&segments), reason: e.to_string() })?;
+            let bucket = url.host_str().unwrap_or_default();
+            let store = weft_store::s3_store(bucket, b.credentials_file.as_deref())?;
+            ctx.runtime_env().register_object_store(&url, store);
+            Ok((m, segments))
+        }
+    }
+}
+
 /// Registers `spans`, `span_events`, `span_links` and `events` in `ctx` over the segments that
-/// the manifest of the store in `dir` names.
-pub fn register_store(ctx: &SessionContext, dir: &Path) -> Result<Registered> {
-    let m = manifest::load(dir)?.ok_or_else(|| ClusterError::NotAStore(dir.to_owned()))?;
-    let seg_dir = std::path::absolute(dir.join("segments"))
-        .map_err(|e| ClusterError::Path { path: dir.join("segments"), reason: e.to_string() })?;
+/// the manifest of the store at `at` names.
+pub fn register_store(ctx: &SessionContext, at: &StoreAt) -> Result<Registered> {
+    let (m, seg_dir) = manifest_at(ctx, at)?;
     let mut files = 0;
     for (t, name) in schema::TABLE_NAMES.iter().enumerate().skip(1) {
         let paths = table_files(&m, &seg_dir, name, |_| true);
@@ -114,31 +165,86 @@ pub fn register_store(ctx: &SessionContext, dir: &Path) -> Result<Registered> {
     Ok(Registered { segments: m.segments.len(), files })
 }
 
+/// DataFusion's object-store registry that adds the client of an `s3://` bucket when a plan
+/// first names it ([`weft_store::s3_store`]: the `AWS_*` environment, over it the credentials
+/// file): the scheduler's and the executors' sessions get their stores from it, since the
+/// buckets a query reads are known only from its plan.
+#[derive(Debug)]
+pub struct BucketRegistry {
+    known: DefaultObjectStoreRegistry,
+    credentials_file: Option<PathBuf>,
+}
+
+impl BucketRegistry {
+    /// A registry whose buckets use `credentials_file` over the environment.
+    pub fn new(credentials_file: Option<PathBuf>) -> BucketRegistry {
+        BucketRegistry { known: DefaultObjectStoreRegistry::new(), credentials_file }
+    }
+
+    /// A runtime reading through this registry (spill files in `temp_dir`, if given).
+    pub fn runtime(
+        credentials_file: Option<PathBuf>,
+        temp_dir: Option<&Path>,
+    ) -> std::result::Result<Arc<RuntimeEnv>, DataFusionError> {
+        let mut b =
+            RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(Self::new(credentials_file)));
+        if let Some(d) = temp_dir {
+            b = b.with_temp_file_path(d);
+        }
+        b.build_arc()
+    }
+}
+
+impl ObjectStoreRegistry for BucketRegistry {
+    fn register_store(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Option<Arc<dyn ObjectStore>> {
+        self.known.register_store(url, store)
+    }
+
+    fn deregister_store(&self, url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, DataFusionError> {
+        self.known.deregister_store(url)
+    }
+
+    fn get_store(&self, url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, DataFusionError> {
+        let known = self.known.get_store(url);
+        let bucket = match url.host_str() {
+            Some(b) if known.is_err() && url.scheme() == "s3" => b,
+            _ => return known,
+        };
+        let store = weft_store::s3_store(bucket, self.credentials_file.as_deref())
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let key = Url::parse(&format!("s3://{bucket}"))
+            .map_err(|e| DataFusionError::Configuration(format!("bucket {bucket}: {e}")))?;
+        self.known.register_store(&key, store.clone());
+        tracing::info!(bucket, "reading from bucket");
+        Ok(store)
+    }
+}
+
 /// Paths of the `table` files of the segments that `pick` accepts.
 fn table_files(
     m: &Manifest,
-    seg_dir: &Path,
+    seg_dir: &str,
     table: &str,
     pick: impl Fn(&weft_store::SegmentMeta) -> bool,
-) -> Vec<PathBuf> {
+) -> Vec<String> {
     m.segments
         .iter()
         .filter(|s| pick(s))
         .filter_map(|s| s.file(table))
-        .map(|f| seg_dir.join(&f.file))
+        .map(|f| format!("{seg_dir}{}", f.file))
         .collect()
 }
 
 /// A listing table of `schema` over exactly `paths` (no files: an empty table).
 fn listing(
-    seg_dir: &Path,
-    paths: Vec<PathBuf>,
+    seg_dir: &str,
+    paths: Vec<String>,
     schema: SchemaRef,
     table: &'static str,
 ) -> Result<Arc<dyn TableProvider>> {
-    let url = |p: &Path| {
-        ListingTableUrl::parse(p.to_string_lossy())
-            .map_err(|e| ClusterError::Path { path: p.to_owned(), reason: e.to_string() })
+    let url = |p: &str| {
+        ListingTableUrl::parse(p)
+            .map_err(|e| ClusterError::Path { path: PathBuf::from(p), reason: e.to_string() })
     };
     let (urls, ext) = if paths.is_empty() {
         (vec![url(seg_dir)?], NO_FILE)
@@ -157,15 +263,15 @@ fn listing(
 /// resource of one segment), in the columns of [`schema::spans_schema`].
 fn spans_view(
     ctx: &SessionContext,
-    seg_dir: &Path,
-    whole: Vec<PathBuf>,
-    split: Vec<PathBuf>,
-    resources: Vec<PathBuf>,
+    seg_dir: &str,
+    whole: Vec<String>,
+    split: Vec<String>,
+    resources: Vec<String>,
 ) -> std::result::Result<Arc<dyn TableProvider>, DataFusionError> {
     let register = |r: Result<Arc<dyn TableProvider>>| r.map_err(|e| DataFusionError::External(Box::new(e)));
     let logical = schema::spans_schema();
     let names: Vec<&str> = logical.fields().iter().map(|f| f.name().as_str()).collect();
-    let whole_df = |ctx: &SessionContext, whole: Vec<PathBuf>| -> std::result::Result<_, DataFusionError> {
+    let whole_df = |ctx: &SessionContext, whole: Vec<String>| -> std::result::Result<_, DataFusionError> {
         let t = register(listing(seg_dir, whole, logical.clone(), schema::SPANS))?;
         ctx.read_table(t)?.select_columns(&names)
     };
@@ -191,12 +297,18 @@ fn spans_view(
 }
 
 /// Runs one read-only statement (no DDL, DML or `SET`) on the Ballista cluster whose scheduler
-/// is at `cluster` (`df://host:port`) over the store in `dir`; at most `max_rows` rows.
-pub async fn query(cluster: &str, dir: &Path, sql: &str, max_rows: usize) -> Result<SqlResult> {
+/// is at `cluster` (`df://host:port`) over the store at `at`; at most `max_rows` rows.
+pub async fn query(cluster: &str, at: &StoreAt, sql: &str, max_rows: usize) -> Result<SqlResult> {
     let ctx = SessionContext::remote(cluster)
         .await
         .map_err(|source| ClusterError::Connect { url: cluster.to_owned(), source })?;
-    let reg = register_store(&ctx, dir)?;
+    let reg = {
+        let (ctx, at) = (ctx.clone(), at.clone());
+        // A bucket's manifest is read with blocking calls.
+        tokio::task::spawn_blocking(move || register_store(&ctx, &at))
+            .await
+            .map_err(|e| ClusterError::Query(DataFusionError::External(Box::new(e))))??
+    };
     tracing::debug!(segments = reg.segments, files = reg.files, "tables registered");
     let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     let df = ctx.sql_with_options(sql, opts).await.map_err(ClusterError::Query)?;

@@ -7,7 +7,9 @@
 //! segment files (trace by id reads it; fetched from the bucket when missing). Order of a flush: the segment's
 //! files are uploaded, then the bucket's manifest naming them is put, then the local manifest,
 //! and only then the WAL files it covers are deleted — a failed upload leaves the WAL and the
-//! buffer as they are, and the flush is retried with backoff.
+//! buffer as they are, and the flush is retried with backoff. On open, the objects of the
+//! manifest's segments are listed once: a segment whose object is gone (deleted behind weft's
+//! back) is named and left out of reads, never dropped from the manifest.
 //!
 //! Endpoint, region and credentials come from the standard AWS environment variables
 //! (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
@@ -88,34 +90,56 @@ fn apply_file(mut b: AmazonS3Builder, path: &Path) -> Result<AmazonS3Builder> {
     Ok(b)
 }
 
+/// The bucket and the prefix of `s3://bucket/prefix`.
+fn split_url(url: &str) -> Result<(&str, &str)> {
+    let rest = url.strip_prefix("s3://").ok_or_else(|| {
+        StoreError::Config(format!("segments URL {url:?}: only s3://bucket/prefix is supported"))
+    })?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(StoreError::Config(format!("segments URL {url:?} names no bucket")));
+    }
+    Ok((bucket, prefix))
+}
+
+/// A client of `bucket` configured as a store's (the AWS environment, then the credentials
+/// file over it; the same timeouts and retries): for other readers of a store's bucket, such
+/// as a cluster's nodes. No request is made.
+pub fn s3_store(bucket: &str, credentials_file: Option<&Path>) -> Result<Arc<dyn ObjectStore>> {
+    // Timeouts go in as settings: client options set as a whole would drop the
+    // environment's and the file's (AWS_ALLOW_HTTP among them).
+    let mut b = AmazonS3Builder::from_env()
+        .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
+        .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "60s")
+        .with_bucket_name(bucket);
+    if let Some(f) = credentials_file {
+        b = apply_file(b, f)?;
+    }
+    // Short per-request retries: the flush loop retries a failed upload with its own
+    // backoff while the bucket is unreachable, and ingest goes on into the WAL meanwhile.
+    let retry = RetryConfig {
+        backoff: BackoffConfig::default(),
+        max_retries: 3,
+        retry_timeout: Duration::from_secs(10),
+    };
+    let store =
+        b.with_retry(retry).build().map_err(|e| StoreError::Config(format!("bucket {bucket}: {e}")))?;
+    Ok(Arc::new(store))
+}
+
+/// The manifest in the bucket of `cfg` (`None` when its prefix has none), and where its
+/// segment files are (`s3://bucket/prefix/segments/`): for readers other than a store.
+pub fn read_manifest(cfg: &BucketConfig) -> Result<(Option<Manifest>, String)> {
+    let b = Bucket::open(cfg)?;
+    let segments = b.shown(&b.key("segments/"));
+    Ok((b.load_manifest()?, segments))
+}
+
 impl Bucket {
     /// Connects to the bucket of `cfg` (no request yet: [`Bucket::load_manifest`] is the first).
     pub(crate) fn open(cfg: &BucketConfig) -> Result<Bucket> {
-        let rest = cfg.url.strip_prefix("s3://").ok_or_else(|| {
-            StoreError::Config(format!("segments URL {:?}: only s3://bucket/prefix is supported", cfg.url))
-        })?;
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(StoreError::Config(format!("segments URL {:?} names no bucket", cfg.url)));
-        }
-        // Timeouts go in as settings: client options set as a whole would drop the
-        // environment's and the file's (AWS_ALLOW_HTTP among them).
-        let mut b = AmazonS3Builder::from_env()
-            .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "5s")
-            .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "60s")
-            .with_bucket_name(bucket);
-        if let Some(f) = &cfg.credentials_file {
-            b = apply_file(b, f)?;
-        }
-        // Short per-request retries: the flush loop retries a failed upload with its own
-        // backoff while the bucket is unreachable, and ingest goes on into the WAL meanwhile.
-        let retry = RetryConfig {
-            backoff: BackoffConfig::default(),
-            max_retries: 3,
-            retry_timeout: Duration::from_secs(10),
-        };
-        let store =
-            b.with_retry(retry).build().map_err(|e| StoreError::Config(format!("bucket {bucket}: {e}")))?;
+        let (bucket, prefix) = split_url(&cfg.url)?;
+        let store = s3_store(bucket, cfg.credentials_file.as_deref())?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("weft-store-s3")
@@ -123,7 +147,7 @@ impl Bucket {
             .build()
             .map_err(io_err("start the runtime for", Path::new(&cfg.url)))?;
         Ok(Bucket {
-            store: Arc::new(store),
+            store,
             bucket: bucket.to_owned(),
             prefix: prefix.trim_matches('/').to_owned(),
             rt: Some(rt),
@@ -182,6 +206,34 @@ impl Bucket {
             }
         })?;
         bytes.map(|b| crate::manifest::parse(&b, PathBuf::from(shown))).transpose()
+    }
+
+    /// The objects of `m`'s segments that the bucket lacks (deleted behind weft's back), as
+    /// (segment id, `s3://bucket/key`); one listing of the segments' prefix.
+    pub(crate) fn missing_objects(&self, m: &Manifest) -> Result<Vec<(u64, String)>> {
+        let base = self.segment_key("");
+        let shown = self.shown(&base);
+        let store = self.store.clone();
+        let s = shown.clone();
+        let present: std::collections::HashSet<String> = self.run(shown, async move {
+            let mut keys = std::collections::HashSet::new();
+            let mut list = store.list(Some(&ObjPath::from(base)));
+            while let Some(o) = list.next().await {
+                let o = o.map_err(bucket_err("list", s.clone()))?;
+                keys.insert(o.location.to_string());
+            }
+            Ok(keys)
+        })?;
+        let mut missing = Vec::new();
+        for seg in &m.segments {
+            for f in &seg.files {
+                let key = self.segment_key(&f.file);
+                if !present.contains(&key) {
+                    missing.push((seg.id, self.shown(&key)));
+                }
+            }
+        }
+        Ok(missing)
     }
 
     /// Puts the manifest (one PUT: readers see the old or the new one).

@@ -41,7 +41,10 @@
 //!   puts the bucket's manifest, then the local one, then trims the WAL; a failed upload is
 //!   retried with the flush's backoff while appends go on into the WAL. Opening takes the
 //!   bucket's manifest and fetches missing segment files; SQL and search read the files from
-//!   the bucket (DataFusion's object-store registry), trace by id the local copy.
+//!   the bucket (DataFusion's object-store registry), trace by id the local copy. A segment
+//!   whose object the bucket lacks at open is left out of reads, named in a warning and in
+//!   [`Store::missing_objects`], and kept in the manifest. `s3_store` and `read_manifest`
+//!   give other readers (a cluster's nodes) the same client and the manifest.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows;
 //!   [`Store::trace_bounded`] stops reading past a span limit and says so),
@@ -92,6 +95,7 @@ pub mod wal;
 #[cfg(test)]
 mod testutil;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -105,7 +109,7 @@ pub use datafusion::arrow::array::RecordBatch;
 
 pub use arrow_rows::{SpanBatches, batches_to_spans, events_to_batch, spans_to_batches};
 #[cfg(feature = "s3")]
-pub use bucket::BucketConfig;
+pub use bucket::{BucketConfig, read_manifest, s3_store};
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use manifest::{FileMeta, Manifest, SegmentMeta};
@@ -241,6 +245,13 @@ impl Store {
             buffer_bytes: st.buffered_bytes(),
             buffer_spans: st.active.rows[0] + st.frozen.iter().map(|f| f.mem.rows[0]).sum::<u64>(),
             frozen_buffers: st.frozen.len(),
+            segments_missing: self
+                .inner
+                .missing_objects
+                .iter()
+                .map(|(id, _)| *id)
+                .collect::<BTreeSet<_>>()
+                .len(),
             ..StoreStats::default()
         };
         for seg in &st.segments {
@@ -255,6 +266,13 @@ impl Store {
             s.wal_bytes = files.iter().filter_map(|(_, p)| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
         }
         s
+    }
+
+    /// The bucket's objects that segments named by the manifest lacked when the store opened
+    /// (`s3://bucket/key`, each a warning in the log then): those segments are left out of
+    /// SQL, search and trace by id, and stay named in the manifest.
+    pub fn missing_objects(&self) -> Vec<String> {
+        self.inner.missing_objects.iter().map(|(_, object)| object.clone()).collect()
     }
 
     /// Live segments' manifest entries.

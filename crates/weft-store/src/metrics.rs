@@ -75,4 +75,7 @@ pub struct StoreStats {
     /// Bytes of the segments' search indexes (in their spans files' footers, counted in
     /// `segment_bytes` too).
     pub search_index_bytes: u64,
+    /// Segments the manifest names whose objects the bucket lacked when the store opened
+    /// (deleted behind weft's back; left out of reads, see [`crate::Store::missing_objects`]).
+    pub segments_missing: usize,
 }

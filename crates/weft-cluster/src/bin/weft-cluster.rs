@@ -1,5 +1,6 @@
 //! `weft-cluster`: one binary for a Ballista cluster over a weft store — the scheduler, an
-//! executor, and `query` (SQL through the scheduler over a store directory's segments).
+//! executor, and `query` (SQL through the scheduler over a store's segments, in a directory or
+//! a bucket).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -7,11 +8,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use ballista_core::utils::default_session_builder;
 use ballista_executor::executor_process::{ExecutorProcessConfig, start_executor_process};
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::start_server;
 use clap::{Parser, Subcommand, ValueEnum};
+use weft_cluster::{BucketRegistry, StoreAt};
+use weft_store::datafusion::execution::SessionStateBuilder;
 use weft_store::render;
 
 #[derive(Parser, Debug)]
@@ -31,6 +35,10 @@ enum Command {
         /// Host name the executors and clients reach this scheduler by.
         #[arg(long, default_value = "localhost")]
         external_host: String,
+        /// `NAME=value` lines (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …) read over the AWS_*
+        /// environment for the buckets queries read (values never logged).
+        #[arg(long, value_name = "FILE")]
+        credentials_file: Option<PathBuf>,
     },
     /// Run a Ballista executor (runs tasks; registers with the scheduler).
     Executor {
@@ -55,15 +63,24 @@ enum Command {
         /// Directory for shuffle data (default: a temporary directory).
         #[arg(long)]
         work_dir: Option<PathBuf>,
+        /// `NAME=value` lines (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …) read over the AWS_*
+        /// environment for the buckets queries read (values never logged).
+        #[arg(long, value_name = "FILE")]
+        credentials_file: Option<PathBuf>,
     },
     /// Run one SQL statement on the cluster over a store directory's segments.
     Query {
         /// The scheduler, `df://HOST:PORT`.
         #[arg(long)]
         cluster: String,
-        /// The weft data directory (every node sees it at this path).
-        #[arg(long)]
-        data: PathBuf,
+        /// Where the store's segments are: its data directory (every node sees it at this
+        /// path), or the bucket it uploads them to, `s3://bucket/prefix` (every node reads it).
+        #[arg(long, value_name = "DIR|URL")]
+        data: String,
+        /// `NAME=value` lines (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …) read over the AWS_*
+        /// environment for an `s3://` --data (values never logged).
+        #[arg(long, value_name = "FILE")]
+        credentials_file: Option<PathBuf>,
         /// Output format.
         #[arg(long, short, value_enum, default_value = "table")]
         format: Format,
@@ -101,8 +118,17 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Scheduler { bind, external_host } => {
-            let config = SchedulerConfig::default().with_hostname(external_host).with_port(bind.port());
+        Command::Scheduler { bind, external_host, credentials_file } => {
+            // Ballista's session, reading through a runtime that knows the buckets.
+            let session = move |config| {
+                let state = default_session_builder(config)?;
+                let runtime = BucketRegistry::runtime(credentials_file.clone(), None)?;
+                Ok(SessionStateBuilder::new_from_existing(state).with_runtime_env(runtime).build())
+            };
+            let config = SchedulerConfig::default()
+                .with_hostname(external_host)
+                .with_port(bind.port())
+                .with_override_session_builder(Arc::new(session));
             let config = SchedulerConfig { bind_host: bind.ip().to_string(), ..config };
             let cluster =
                 BallistaCluster::new_from_config(&config).await.context("starting the scheduler")?;
@@ -116,6 +142,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             grpc_port,
             concurrent_tasks,
             work_dir,
+            credentials_file,
         } => {
             let Some((host, sport)) = scheduler.rsplit_once(':') else {
                 bail!("--scheduler {scheduler}: give HOST:PORT");
@@ -129,7 +156,12 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 grpc_port,
                 scheduler_host: host.to_owned(),
                 scheduler_port,
-                work_dir: work_dir.map(|d| d.to_string_lossy().into_owned()),
+                work_dir: work_dir.as_ref().map(|d| d.to_string_lossy().into_owned()),
+                // Tasks read through a runtime that knows the buckets (spill files in the
+                // work dir, as Ballista's own runtime puts them).
+                override_runtime_producer: Some(Arc::new(move |_| {
+                    BucketRegistry::runtime(credentials_file.clone(), work_dir.as_deref())
+                })),
                 ..ExecutorProcessConfig::default()
             };
             if let Some(n) = concurrent_tasks {
@@ -137,8 +169,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
             }
             start_executor_process(Arc::new(config)).await.context("running the executor")?;
         }
-        Command::Query { cluster, data, format, max_rows, sql } => {
-            let res = weft_cluster::query(&cluster, &data, &sql, max_rows).await?;
+        Command::Query { cluster, data, credentials_file, format, max_rows, sql } => {
+            let at = StoreAt::parse(&data, credentials_file);
+            let res = weft_cluster::query(&cluster, &at, &sql, max_rows).await?;
             let text = match format {
                 Format::Table => render::to_table(&res.schema, &res.batches),
                 Format::Csv => render::to_csv(&res.schema, &res.batches),

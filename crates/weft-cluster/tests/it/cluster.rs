@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use weft_cluster::StoreAt;
 use weft_store::{Store, StoreConfig, render};
 use weft_synth::shop::Shop;
 
@@ -23,9 +24,16 @@ impl Drop for Procs {
     }
 }
 
-fn spawn(args: &[&str], log: &Path) -> Child {
+fn spawn(args: &[&str], env: &[(&str, String)], log: &Path) -> Child {
     let out = std::fs::File::create(log).unwrap();
-    Command::new(BIN).args(args).env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(out).spawn().unwrap()
+    Command::new(BIN)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(out)
+        .spawn()
+        .unwrap()
 }
 
 fn wait_listening(port: u16) {
@@ -55,6 +63,76 @@ fn files_under(dir: &Path) -> usize {
             if p.is_dir() { files_under(&p) } else { 1 }
         })
         .sum()
+}
+
+/// A scheduler and two executors (with `env`, logs and work dirs under `tmp`): the processes,
+/// the scheduler's URL and the executors' work dirs.
+fn start_cluster(tmp: &Path, env: &[(&str, String)]) -> (Procs, String, Vec<PathBuf>) {
+    let (sched, f1, g1, f2, g2) = (
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+        weft_testkit::free_port(),
+    );
+    let mut procs = Procs(Vec::new());
+    let bind = format!("127.0.0.1:{sched}");
+    procs.0.push(spawn(
+        &["scheduler", "--bind", &bind, "--external-host", "127.0.0.1"],
+        env,
+        &tmp.join("scheduler.log"),
+    ));
+    wait_listening(sched);
+    let mut work_dirs = Vec::new();
+    for (i, (flight, grpc)) in [(f1, g1), (f2, g2)].into_iter().enumerate() {
+        let work = tmp.join(format!("work{i}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let (flight, grpc) = (flight.to_string(), grpc.to_string());
+        procs.0.push(spawn(
+            &[
+                "executor",
+                "--scheduler",
+                &bind,
+                "--bind-host",
+                "127.0.0.1",
+                "--external-host",
+                "127.0.0.1",
+                "--port",
+                &flight,
+                "--grpc-port",
+                &grpc,
+                "--concurrent-tasks",
+                "2",
+                "--work-dir",
+                work.to_str().unwrap(),
+            ],
+            env,
+            &tmp.join(format!("executor{i}.log")),
+        ));
+        work_dirs.push(work);
+    }
+    wait_listening(f1);
+    wait_listening(f2);
+    assert!(work_dirs.iter().all(|w| files_under(w) == 0));
+
+    (procs, format!("df://127.0.0.1:{sched}"), work_dirs)
+}
+
+/// The cluster's answer to `sql` has the rows of `local` (on failure: the nodes' logs in `tmp`).
+fn compare(
+    sql: &str,
+    local: &weft_store::SqlResult,
+    remote: weft_cluster::Result<weft_store::SqlResult>,
+    tmp: &Path,
+) {
+    let remote = remote.unwrap_or_else(|e| {
+        let logs = ["scheduler.log", "executor0.log", "executor1.log"]
+            .map(|f| std::fs::read_to_string(tmp.join(f)).unwrap_or_default());
+        panic!("{sql}: {e}\n{}", logs.join("\n----\n"))
+    });
+    let (l, r) = (sorted_csv(local), sorted_csv(&remote));
+    assert!(l.len() > 1, "{sql}: no rows to compare");
+    assert_eq!(l, r, "{sql}");
 }
 
 const QUERIES: &[&str] = &[
@@ -89,66 +167,15 @@ fn cluster_answers_as_the_single_node_store() {
     drop(store);
     assert_eq!(weft_store::manifest::load(&data).unwrap().unwrap().segments.len(), 4);
 
-    let (sched, f1, g1, f2, g2) = (
-        weft_testkit::free_port(),
-        weft_testkit::free_port(),
-        weft_testkit::free_port(),
-        weft_testkit::free_port(),
-        weft_testkit::free_port(),
-    );
-    let mut procs = Procs(Vec::new());
-    let bind = format!("127.0.0.1:{sched}");
-    procs.0.push(spawn(
-        &["scheduler", "--bind", &bind, "--external-host", "127.0.0.1"],
-        &tmp.path().join("scheduler.log"),
-    ));
-    wait_listening(sched);
-    let mut work_dirs = Vec::new();
-    for (i, (flight, grpc)) in [(f1, g1), (f2, g2)].into_iter().enumerate() {
-        let work = tmp.path().join(format!("work{i}"));
-        std::fs::create_dir_all(&work).unwrap();
-        let (flight, grpc) = (flight.to_string(), grpc.to_string());
-        procs.0.push(spawn(
-            &[
-                "executor",
-                "--scheduler",
-                &bind,
-                "--bind-host",
-                "127.0.0.1",
-                "--external-host",
-                "127.0.0.1",
-                "--port",
-                &flight,
-                "--grpc-port",
-                &grpc,
-                "--concurrent-tasks",
-                "2",
-                "--work-dir",
-                work.to_str().unwrap(),
-            ],
-            &tmp.path().join(format!("executor{i}.log")),
-        ));
-        work_dirs.push(work);
-    }
-    wait_listening(f1);
-    wait_listening(f2);
-    assert!(work_dirs.iter().all(|w| files_under(w) == 0));
-
+    let (_procs, url, work_dirs) = start_cluster(tmp.path(), &[]);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     let mut cfg = StoreConfig::new(&data);
     cfg.read_only = true;
     let single = Store::open(cfg).unwrap();
-    let url = format!("df://127.0.0.1:{sched}");
+    let at = StoreAt::Dir(data.clone());
     for sql in QUERIES {
         let local = rt.block_on(single.sql(sql, 1_000_000)).unwrap();
-        let remote = rt.block_on(weft_cluster::query(&url, &data, sql, 1_000_000)).unwrap_or_else(|e| {
-            let logs = ["scheduler.log", "executor0.log", "executor1.log"]
-                .map(|f| std::fs::read_to_string(tmp.path().join(f)).unwrap_or_default());
-            panic!("{sql}: {e}\n{}", logs.join("\n----\n"))
-        });
-        let (l, r) = (sorted_csv(&local), sorted_csv(&remote));
-        assert!(l.len() > 1, "{sql}: no rows to compare");
-        assert_eq!(l, r, "{sql}");
+        compare(sql, &local, rt.block_on(weft_cluster::query(&url, &at, sql, 1_000_000)), tmp.path());
     }
 
     // The executors ran the tasks (both of them): each task writes its output under its
@@ -174,9 +201,66 @@ fn cluster_answers_as_the_single_node_store() {
     rt.block_on(single.sql(big, 1_000_000)).unwrap();
     let t_single = t0.elapsed();
     let t0 = Instant::now();
-    rt.block_on(weft_cluster::query(&url, &data, big, 1_000_000)).unwrap();
+    rt.block_on(weft_cluster::query(&url, &at, big, 1_000_000)).unwrap();
     let t_cluster = t0.elapsed();
     eprintln!("join query over 20k spans: single node {t_single:?}, cluster {t_cluster:?}");
+}
+
+#[test]
+fn cluster_reads_the_segments_from_the_bucket() {
+    use weft_testkit::seaweed::{KEY, SECRET, Seaweed};
+    let s3 = Seaweed::start();
+    let url = "s3://weft/cluster";
+    // The writer: its own data directory, shared with no other process.
+    let writer_dir = tempfile::tempdir().unwrap();
+    let mut cfg = StoreConfig::new(writer_dir.path());
+    cfg.compaction_small_bytes = 0;
+    cfg.bucket = Some(weft_store::BucketConfig {
+        url: url.into(),
+        credentials_file: Some(s3.credentials(KEY, SECRET)),
+    });
+    // The bucket's first volumes may still be growing: the first flush is retried.
+    let writer = Store::open(cfg).unwrap();
+    let mut shop = Shop::new(11, 1_700_000_000_000_000_000, 5_000_000);
+    for _ in 0..4 {
+        writer.append(&shop.spans(3_000)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err(e) = writer.flush() {
+            assert!(Instant::now() < deadline, "SeaweedFS takes no writes: {e}\n{}", s3.log());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    assert_eq!(writer.segments().len(), 4);
+
+    // The cluster: other directories; the bucket's endpoint and credentials from the
+    // environment (the client's from a credentials file).
+    let nodes = tempfile::tempdir().unwrap();
+    let (_procs, cluster, work_dirs) = start_cluster(nodes.path(), &s3.env(KEY, SECRET));
+    let at = StoreAt::parse(url, Some(s3.credentials(KEY, SECRET)));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    for sql in QUERIES {
+        let local = rt.block_on(writer.sql(sql, 1_000_000)).unwrap();
+        compare(sql, &local, rt.block_on(weft_cluster::query(&cluster, &at, sql, 1_000_000)), nodes.path());
+    }
+    let per_executor: Vec<usize> = work_dirs.iter().map(|w| files_under(w)).collect();
+    assert!(per_executor.iter().all(|n| *n > 0), "an executor ran no task: {per_executor:?}");
+
+    // The binary's `query` over the bucket.
+    let out = Command::new(BIN)
+        .args(["query", "--cluster", &cluster, "--data", url, "--format", "csv", QUERIES[0]])
+        .arg("--credentials-file")
+        .arg(s3.credentials(KEY, SECRET))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut got: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    got[1..].sort();
+    assert_eq!(got, sorted_csv(&rt.block_on(writer.sql(QUERIES[0], 1_000_000)).unwrap()));
+
+    // A prefix without a manifest is named.
+    let empty = StoreAt::parse("s3://weft/nothing-here", Some(s3.credentials(KEY, SECRET)));
+    let e = rt.block_on(weft_cluster::query(&cluster, &empty, QUERIES[0], 10)).unwrap_err().to_string();
+    assert!(e.contains("s3://weft/nothing-here") && e.contains("MANIFEST.json"), "{e}");
 }
 
 #[test]
@@ -190,7 +274,7 @@ fn tables_registered_in_a_local_session_answer_as_the_store() {
     }
     store.close().unwrap();
     let ctx = weft_store::datafusion::prelude::SessionContext::new();
-    let reg = weft_cluster::register_store(&ctx, tmp.path()).unwrap();
+    let reg = weft_cluster::register_store(&ctx, &StoreAt::Dir(tmp.path().to_owned())).unwrap();
     assert_eq!(reg.segments, 2);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     for sql in QUERIES.iter().chain(&["SELECT * FROM spans", "SELECT * FROM span_events"]) {
@@ -205,6 +289,6 @@ fn tables_registered_in_a_local_session_answer_as_the_store() {
 fn a_directory_without_manifest_is_named() {
     let tmp = tempfile::tempdir().unwrap();
     let ctx = weft_store::datafusion::prelude::SessionContext::new();
-    let e = weft_cluster::register_store(&ctx, tmp.path()).unwrap_err().to_string();
+    let e = weft_cluster::register_store(&ctx, &StoreAt::Dir(tmp.path().to_owned())).unwrap_err().to_string();
     assert!(e.contains(&tmp.path().display().to_string()) && e.contains("MANIFEST.json"), "{e}");
 }

@@ -82,6 +82,9 @@ pub(crate) struct Inner {
     pub(crate) runtime: Arc<RuntimeEnv>,
     /// Where SQL reads segment files (the bucket when there is one).
     pub(crate) files_at: FilesAt,
+    /// Objects of segments the manifest names that the bucket lacked when the store opened
+    /// (segment id, `s3://bucket/key`); those segments are left out of reads.
+    pub(crate) missing_objects: Vec<(u64, String)>,
     /// Where segments and manifests are kept besides the data directory.
     #[cfg(feature = "s3")]
     pub(crate) bucket: Option<crate::bucket::Bucket>,

@@ -18,7 +18,6 @@ use crate::manifest;
 use crate::memtable::MemTable;
 use crate::metrics::Metrics;
 use crate::query::FilesAt;
-use crate::segment::Segment;
 use crate::wal::{self, WalRecord, WalSync, WalWriter};
 
 fn lock_dir(dir: &Path) -> Result<File> {
@@ -56,22 +55,24 @@ impl Inner {
             }
         }
         #[cfg(feature = "s3")]
-        let bucket = match &cfg.bucket {
+        let (bucket, missing) = match &cfg.bucket {
             Some(_) if read_only => {
                 return Err(crate::error::StoreError::Config(
                     "a store in a bucket cannot be opened read-only yet".into(),
                 ));
             }
-            Some(b) => Some(super::remote::attach(b, &dir, &seg_dir)?),
-            None => None,
+            Some(b) => {
+                let (b, missing) = super::remote::attach(b, &dir, &seg_dir)?;
+                (Some(b), missing)
+            }
+            None => (None, Vec::new()),
         };
+        #[cfg(not(feature = "s3"))]
+        let missing = Vec::new();
         let manifest = manifest::open(&dir, &seg_dir, read_only)?;
 
         // Segments named by the manifest; anything else in segments/ is a leftover.
-        let mut segments = Vec::new();
-        for m in &manifest.segments {
-            segments.push(Arc::new(Segment::open(&seg_dir, m.clone())?));
-        }
+        let segments = super::remote::open_segments(&seg_dir, &manifest, &missing)?;
         if !read_only {
             let live: BTreeSet<&str> =
                 manifest.segments.iter().flat_map(|s| s.files.iter().map(|f| f.file.as_str())).collect();
@@ -159,6 +160,7 @@ impl Inner {
             wake: (Mutex::new(false), Condvar::new()),
             runtime,
             files_at,
+            missing_objects: missing,
             #[cfg(feature = "s3")]
             bucket,
             #[cfg(feature = "s3")]

@@ -55,17 +55,20 @@ impl Inner {
 /// Opens the bucket of `cfg` for the data directory `dir` being opened: the bucket's manifest
 /// is the durable one, so it replaces the local manifest and the live segment files the
 /// directory lacks are fetched. A prefix without a manifest yet gets the local store's
-/// segments uploaded and its manifest.
+/// segments uploaded and its manifest. Also returns the objects of the manifest's segments
+/// that the bucket lacks (see [`open_segments`]).
 #[cfg(feature = "s3")]
 pub(crate) fn attach(
     cfg: &crate::bucket::BucketConfig,
     dir: &std::path::Path,
     seg_dir: &std::path::Path,
-) -> Result<crate::bucket::Bucket> {
+) -> Result<(crate::bucket::Bucket, Vec<(u64, String)>)> {
     let b = crate::bucket::Bucket::open(cfg)?;
+    let mut missing = Vec::new();
     match b.load_manifest()? {
         Some(m) => {
-            for s in &m.segments {
+            missing = b.missing_objects(&m)?;
+            for s in m.segments.iter().filter(|s| !missing.iter().any(|(id, _)| *id == s.id)) {
                 b.download_missing(seg_dir, s)?;
             }
             manifest::store(dir, &m)?;
@@ -80,5 +83,25 @@ pub(crate) fn attach(
             tracing::info!(segments = local.segments.len(), url = %cfg.url, "new prefix in the bucket");
         }
     }
-    Ok(b)
+    Ok((b, missing))
+}
+
+/// Opens the segments `m` names, except those with an object in `missing` (segment id,
+/// object): each missing object is logged as a warning naming it, and its segment is left out
+/// of every read, compaction and retention while it stays named in the manifest — nothing is
+/// dropped from the manifest or deleted from the data directory because of it, and every open
+/// reports it again.
+pub(crate) fn open_segments(
+    seg_dir: &std::path::Path,
+    m: &Manifest,
+    missing: &[(u64, String)],
+) -> Result<Vec<std::sync::Arc<Segment>>> {
+    for (id, object) in missing {
+        tracing::warn!(segment = id, %object, "segment object missing from the bucket: the segment is left out of reads (kept in the manifest)");
+    }
+    let mut segments = Vec::new();
+    for s in m.segments.iter().filter(|s| !missing.iter().any(|(id, _)| *id == s.id)) {
+        segments.push(std::sync::Arc::new(Segment::open(seg_dir, s.clone())?));
+    }
+    Ok(segments)
 }

