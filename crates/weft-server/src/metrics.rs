@@ -323,6 +323,12 @@ impl Metrics {
             l(&m.wal_records_torn),
         );
         one(
+            "weft_store_bucket_read_errors_total",
+            "counter",
+            "A read-only store over a bucket: collectors' manifests, prefixes or segment files it could not read (the rest is served).",
+            l(&m.bucket_read_errors),
+        );
+        one(
             "weft_wal_records_quarantined_total",
             "counter",
             "Bad WAL records kept aside in quarantine/ and skipped at start.",

@@ -203,7 +203,8 @@ impl SqlRuntime {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("weft-sql")
-            .enable_time()
+            // IO too: SQL over segments in a bucket opens connections to it from here.
+            .enable_all()
             .build();
         match rt {
             Ok(rt) => SqlRuntime(Some(rt)),
