@@ -269,6 +269,21 @@ impl Bucket {
     }
 }
 
+impl Bucket {
+    /// The names one level below the prefix (`<prefix>/<name>/…`): where other collectors may
+    /// keep their manifests. A missing bucket or refused credentials fail, naming the prefix.
+    pub(crate) fn children(&self) -> Result<Vec<String>> {
+        let shown = self.shown(&self.key(""));
+        let prefix = (!self.prefix.is_empty()).then(|| ObjPath::from(self.prefix.as_str()));
+        let store = self.store.clone();
+        let s = shown.clone();
+        let listed = self.run(shown, async move {
+            store.list_with_delimiter(prefix.as_ref()).await.map_err(bucket_err("list", s))
+        })?;
+        Ok(listed.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_owned)).collect())
+    }
+}
+
 impl Drop for Bucket {
     fn drop(&mut self) {
         // Dropping a runtime inside another one's context panics; this never blocks.

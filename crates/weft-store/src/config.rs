@@ -45,7 +45,12 @@ pub struct StoreConfig {
     /// Memory DataFusion may use per query before spilling or failing.
     pub query_memory_bytes: usize,
     /// Open without writing anything: no lock, no WAL truncation, no flushes; appends fail.
+    /// With a `bucket`: a reader over every collector's manifest under the bucket's URL (its
+    /// own and one level down), the data directory only a cache of their segment files.
     pub read_only: bool,
+    /// A read-only store over a bucket re-reads the manifests this often (new segments are
+    /// added, those no manifest names any more dropped).
+    pub refresh_interval: Duration,
     /// Creates the WAL's files: the real file system ([`crate::wal::OsFiles`]) unless a test
     /// injects write or fsync failures.
     pub wal_files: Arc<dyn crate::wal::WalFiles>,
@@ -75,6 +80,7 @@ impl StoreConfig {
             write: WriteOptions::default(),
             query_memory_bytes: 1 << 30,
             read_only: false,
+            refresh_interval: Duration::from_secs(2),
             wal_files: Arc::new(crate::wal::OsFiles),
             #[cfg(feature = "s3")]
             bucket: None,

@@ -42,6 +42,13 @@
 //!   retried with the flush's backoff while appends go on into the WAL. Opening takes the
 //!   bucket's manifest and fetches missing segment files; SQL and search read the files from
 //!   the bucket (DataFusion's object-store registry), trace by id the local copy.
+//! * **Several collectors, one bucket**: opened [`StoreConfig::read_only`] with a bucket, a
+//!   store reads the union of the manifest at the bucket's URL and of every manifest one level
+//!   down (each collector writing its own prefix), re-read every
+//!   [`StoreConfig::refresh_interval`] ([`Store::refresh`]); segment ids are per collector.
+//!   Trace by id and search de-duplicate across collectors; the data directory only caches the
+//!   live segment files read. An unreadable manifest or segment is counted
+//!   ([`Metrics::bucket_read_errors`]) and the rest served.
 //! * **Retention** by age (of when weft wrote the spans) and total size, **compaction** of small segments into larger ones.
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows;
 //!   [`Store::trace_bounded`] stops reading past a span limit and says so),
@@ -139,7 +146,7 @@ impl Store {
     pub fn open(cfg: StoreConfig) -> Result<Store> {
         let inner = Inner::open(cfg)?;
         let threads = Arc::new(Background::new(inner.clone()));
-        if !inner.cfg.read_only {
+        if !inner.cfg.read_only || inner.is_union() {
             threads.start();
         }
         Ok(Store { inner, threads })
@@ -216,13 +223,28 @@ impl Store {
         self.inner.flush_frozen()
     }
 
-    /// Applies retention now; returns the number of segments deleted.
+    /// Applies retention now; returns the number of segments deleted (a read-only store
+    /// refuses: [`StoreError::ReadOnly`]).
     pub fn apply_retention(&self) -> Result<usize> {
+        if self.inner.cfg.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         self.inner.retention(weft_model::time::now_unix_nanos())
     }
 
-    /// Runs one compaction step now; returns true when segments were merged.
+    /// A read-only store over a bucket ([`StoreConfig::read_only`] with a bucket): re-reads
+    /// the collectors' manifests now, as the refresh thread does every
+    /// [`StoreConfig::refresh_interval`]. Nothing to do for other stores.
+    pub fn refresh(&self) -> Result<()> {
+        self.inner.refresh_now()
+    }
+
+    /// Runs one compaction step now; returns true when segments were merged (a read-only
+    /// store refuses: [`StoreError::ReadOnly`]).
     pub fn compact(&self) -> Result<bool> {
+        if self.inner.cfg.read_only {
+            return Err(StoreError::ReadOnly);
+        }
         self.inner.compact_once()
     }
 

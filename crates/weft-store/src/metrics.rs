@@ -46,6 +46,12 @@ pub struct Metrics {
     pub trace_rows_read: AtomicU64,
     /// Segments indexed searches read.
     pub search_segments_read: AtomicU64,
+    /// A read-only store over a bucket: manifests, prefixes or segment files it could not
+    /// read (each failed read counts; the rest is still served, and the next refresh tries
+    /// again).
+    pub bucket_read_errors: AtomicU64,
+    /// A read-only store over a bucket: refreshes of the collectors' manifests done.
+    pub bucket_refreshes: AtomicU64,
     /// Segments indexed searches skipped (ruled out by the indexes, or older than the N
     /// traces found).
     pub search_segments_skipped: AtomicU64,

@@ -52,6 +52,17 @@ impl FilesAt {
     }
 }
 
+/// A collector whose segments a read-only store over several prefixes reads: segment ids are
+/// its own (another collector's segment 7 is another segment), and so are the `resource_ref`s
+/// its spans files carry.
+#[derive(Debug)]
+pub(crate) struct Origin {
+    /// The collector's prefix below the store's URL (empty: the URL's own manifest).
+    pub name: String,
+    /// Where its segment files are (same bucket as the snapshot's `files_at`).
+    pub files_at: FilesAt,
+}
+
 /// What a query sees: live segments and buffered batches, per table.
 pub(crate) struct Snapshot {
     pub segments: Vec<Arc<Segment>>,
@@ -118,20 +129,28 @@ impl TableProvider for SnapshotTable {
         let mut split: Vec<Split> = Vec::new();
         for seg in &self.snapshot.segments {
             let res = if self.table == crate::memtable::T_SPANS { seg.resources() } else { None };
+            // Segment ids (in `resource_ref`) are per collector: one lookup per origin.
+            let origin = seg.origin.as_ref().map(|o| o.name.as_str());
             let group = res.map(|r| {
                 let layout = seg.spans_file_schema();
-                let at = match split.iter().position(|g| g.schema == layout) {
+                let at = match split.iter().position(|g| g.schema == layout && g.origin == origin) {
                     Some(at) => at,
                     None => {
-                        split.push(Split { schema: layout, files: Vec::new(), resources: Vec::new() });
+                        split.push(Split {
+                            schema: layout,
+                            origin,
+                            files: Vec::new(),
+                            resources: Vec::new(),
+                        });
                         split.len() - 1
                     }
                 };
                 split[at].resources.push((seg.meta.id, r));
                 at
             });
+            let files_at = seg.origin.as_ref().map_or(&self.snapshot.files_at, |o| &o.files_at);
             for f in seg.meta.files.iter().filter(|f| f.table == table_name) {
-                let f = (self.snapshot.files_at.path(&f.file), f.bytes);
+                let f = (files_at.path(&f.file), f.bytes);
                 match group {
                     Some(g) => split[g].files.push(f),
                     None => files.push(f),
@@ -222,10 +241,12 @@ fn with_resources<'a>(
     Ok(Arc::new(ExpandExec::new(scan, projected.clone(), Arc::new(lookup)).map_err(ext)?))
 }
 
-/// Spans files of segments with a resources file, of one layout.
+/// Spans files of segments with a resources file, of one layout and one origin.
 struct Split<'a> {
     /// The files' schema.
     schema: SchemaRef,
+    /// The collector the segments come from ([`Origin::name`]; `None`: the store's own).
+    origin: Option<&'a str>,
     /// (path, bytes) of each file.
     files: Vec<(String, u64)>,
     /// (segment id, its resources) of each file's segment.

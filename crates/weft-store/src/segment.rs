@@ -49,6 +49,7 @@ use crate::arrow_rows::filter_trace;
 use crate::attrs::Text;
 use crate::error::{Result, StoreError, io_err};
 use crate::manifest::{FileMeta, SegmentMeta};
+use crate::query::Origin;
 use crate::resources::{self, ResourceLookup};
 use crate::schema::{self, TABLE_NAMES};
 use crate::search_index::{self, SearchIndex};
@@ -723,6 +724,9 @@ pub(crate) struct Segment {
     resources: Option<RecordBatch>,
     /// The spans file's search index (none in segments written before it existed).
     search: Option<SearchIndex>,
+    /// The collector whose manifest names it, in a read-only store over several collectors'
+    /// prefixes (`None`: the store's own segment).
+    pub origin: Option<Arc<Origin>>,
     obsolete: AtomicBool,
 }
 
@@ -756,8 +760,16 @@ impl Segment {
             lazy: Default::default(),
             resources,
             search,
+            origin: None,
             obsolete: AtomicBool::new(false),
         })
+    }
+
+    /// The segment as one of `origin`'s.
+    #[cfg(feature = "s3")]
+    pub fn with_origin(mut self, origin: Arc<Origin>) -> Segment {
+        self.origin = Some(origin);
+        self
     }
 
     /// The resources file's rows, when the segment has one.

@@ -7,7 +7,9 @@
 //! * [`flush`] — frozen buffers become segments;
 //! * [`retention`] — segments deleted by age and total size;
 //! * [`compact`] — runs of small segments merged into larger ones;
-//! * [`remote`] — the bucket's copy of segments and manifests (feature `s3`).
+//! * [`remote`] — the bucket's copy of segments and manifests (feature `s3`);
+//! * [`union`] — a read-only store over several collectors' prefixes of a bucket (feature
+//!   `s3`): their manifests re-read by a refresh thread instead of flushes and maintenance.
 //!
 //! Flushes, retention and compaction each publish a new manifest; they are serialized by
 //! [`Inner::maint`].
@@ -17,6 +19,8 @@ mod flush;
 mod open;
 mod remote;
 mod retention;
+#[cfg(feature = "s3")]
+mod union;
 mod write;
 
 use std::collections::VecDeque;
@@ -88,6 +92,9 @@ pub(crate) struct Inner {
     /// Retired segments whose objects are deleted from the bucket once no query holds them.
     #[cfg(feature = "s3")]
     pub(crate) retired: Mutex<Vec<(std::sync::Weak<Segment>, SegmentMeta)>>,
+    /// A read-only store over a bucket: the collectors whose manifests it reads.
+    #[cfg(feature = "s3")]
+    pub(crate) union: Option<union::Union>,
     pub(crate) _lock: Option<File>,
 }
 
@@ -108,13 +115,23 @@ impl Background {
     pub(crate) fn start(&self) {
         let mut threads = self.handles.lock();
         let inner = self.inner.clone();
+        #[cfg(feature = "s3")]
+        let (name, job): (&str, fn(&Inner)) = if self.inner.is_union() {
+            ("weft-store-refresh", Inner::refresher)
+        } else {
+            ("weft-store-flush", Inner::background)
+        };
+        #[cfg(not(feature = "s3"))]
+        let (name, job): (&str, fn(&Inner)) = ("weft-store-flush", Inner::background);
         threads.push(
             std::thread::Builder::new()
-                .name("weft-store-flush".into())
-                .spawn(move || inner.background())
+                .name(name.into())
+                .spawn(move || job(&inner))
                 .unwrap_or_else(|e| panic!("cannot start the store's background thread: {e}")),
         );
-        if let FsyncPolicy::Interval(period) = self.inner.cfg.fsync {
+        if let FsyncPolicy::Interval(period) = self.inner.cfg.fsync
+            && !self.inner.cfg.read_only
+        {
             let inner = self.inner.clone();
             threads.push(
                 std::thread::Builder::new()
@@ -141,6 +158,22 @@ impl Drop for Background {
 }
 
 impl Inner {
+    /// Whether this is a read-only store over several collectors' prefixes of a bucket.
+    pub(crate) fn is_union(&self) -> bool {
+        #[cfg(feature = "s3")]
+        return self.union.is_some();
+        #[cfg(not(feature = "s3"))]
+        false
+    }
+
+    /// Re-reads the collectors' manifests (a read-only store over a bucket; nothing otherwise).
+    pub(crate) fn refresh_now(&self) -> Result<()> {
+        #[cfg(feature = "s3")]
+        return self.refresh();
+        #[cfg(not(feature = "s3"))]
+        Ok(())
+    }
+
     pub(crate) fn wake_background(&self) {
         let (m, cv) = &self.wake;
         *m.lock() = true;

@@ -43,11 +43,16 @@ impl Inner {
     /// not started yet.
     pub(crate) fn open(cfg: StoreConfig) -> Result<Arc<Inner>> {
         let read_only = cfg.read_only;
-        if !read_only {
+        // A read-only store over a bucket keeps its cache of segment files in the directory.
+        #[cfg(feature = "s3")]
+        let union_reader = read_only && cfg.bucket.is_some();
+        #[cfg(not(feature = "s3"))]
+        let union_reader = false;
+        if !read_only || union_reader {
             std::fs::create_dir_all(&cfg.dir).map_err(error::io_err("create directory", &cfg.dir))?;
         }
         let dir = std::fs::canonicalize(&cfg.dir).map_err(error::io_err("open directory", &cfg.dir))?;
-        let lock = if read_only { None } else { Some(lock_dir(&dir)?) };
+        let lock = if read_only && !union_reader { None } else { Some(lock_dir(&dir)?) };
         let wal_dir = dir.join("wal");
         let seg_dir = dir.join("segments");
         if !read_only {
@@ -55,22 +60,35 @@ impl Inner {
                 std::fs::create_dir_all(d).map_err(error::io_err("create directory", d))?;
             }
         }
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(FairSpillPool::new(cfg.query_memory_bytes)))
+            .build_arc()?;
+        let metrics = Metrics::default();
         #[cfg(feature = "s3")]
-        let bucket = match &cfg.bucket {
-            Some(_) if read_only => {
-                return Err(crate::error::StoreError::Config(
-                    "a store in a bucket cannot be opened read-only yet".into(),
-                ));
+        let (bucket, union) = match &cfg.bucket {
+            Some(b) if read_only => {
+                let (u, files_at) = super::union::Union::open(b, &dir, &runtime)?;
+                (None, Some((u, files_at)))
             }
-            Some(b) => Some(super::remote::attach(b, &dir, &seg_dir)?),
-            None => None,
+            Some(b) => (Some(super::remote::attach(b, &dir, &seg_dir)?), None),
+            None => (None, None),
         };
-        let manifest = manifest::open(&dir, &seg_dir, read_only)?;
+        // A union reader's manifests are the collectors' (read below), none of its own.
+        let manifest = if union_reader {
+            manifest::Manifest::default()
+        } else {
+            manifest::open(&dir, &seg_dir, read_only)?
+        };
 
         // Segments named by the manifest; anything else in segments/ is a leftover.
         let mut segments = Vec::new();
         for m in &manifest.segments {
             segments.push(Arc::new(Segment::open(&seg_dir, m.clone())?));
+        }
+        #[cfg(feature = "s3")]
+        if let Some((u, _)) = &union {
+            segments = u.load(&[], &runtime, &metrics, true)?;
+            u.sweep(&segments);
         }
         if !read_only {
             let live: BTreeSet<&str> =
@@ -87,9 +105,9 @@ impl Inner {
             }
         }
 
-        let metrics = Metrics::default();
-        // WAL replay.
-        let wal_files = if wal_dir.is_dir() { wal::list_wal_files(&wal_dir)? } else { Vec::new() };
+        // WAL replay (a union reader has no WAL: its directory is a cache).
+        let wal_files =
+            if wal_dir.is_dir() && !union_reader { wal::list_wal_files(&wal_dir)? } else { Vec::new() };
         let mut active = MemTable::default();
         let mut frozen = VecDeque::new();
         let mut last_id = manifest.wal_checkpoint;
@@ -132,14 +150,11 @@ impl Inner {
             frozen.push_back(Frozen { mem: Arc::new(std::mem::take(&mut active)), wal_upto: last_id });
         }
 
-        let runtime = RuntimeEnvBuilder::new()
-            .with_memory_pool(Arc::new(FairSpillPool::new(cfg.query_memory_bytes)))
-            .build_arc()?;
-
         #[cfg(feature = "s3")]
-        let files_at = match &bucket {
-            Some(b) => b.register(&runtime)?,
-            None => FilesAt::local(&seg_dir),
+        let (files_at, union) = match (&bucket, union) {
+            (Some(b), _) => (b.register(&runtime)?, None),
+            (None, Some((u, files_at))) => (files_at, Some(u)),
+            (None, None) => (FilesAt::local(&seg_dir), None),
         };
         #[cfg(not(feature = "s3"))]
         let files_at = FilesAt::local(&seg_dir);
@@ -163,6 +178,8 @@ impl Inner {
             bucket,
             #[cfg(feature = "s3")]
             retired: Mutex::new(Vec::new()),
+            #[cfg(feature = "s3")]
+            union,
             _lock: lock,
             cfg,
         });

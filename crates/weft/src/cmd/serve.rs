@@ -1,5 +1,7 @@
 //! `weft serve`: the collector and store — OTLP (HTTP, gRPC) and Zipkin receivers, Zipkin and
-//! Jaeger read APIs, SQL, metrics — on one data directory, no external services.
+//! Jaeger read APIs, SQL, metrics — on one data directory, no external services; with
+//! `--read-only`, a query node (over several collectors' prefixes of a bucket with
+//! `--segments`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +29,19 @@ pub struct Args {
     /// weft built with the `s3` feature.
     #[arg(long, env = "WEFT_SEGMENTS")]
     pub segments: Option<String>,
+    /// Serve reads only: no ingest listeners (--otlp-http, --otlp-grpc and --zipkin are not
+    /// bound), no flushes, compaction or retention. With --segments s3://bucket/root: the
+    /// union of every collector under that URL (its own MANIFEST.json and each
+    /// `root/<name>/MANIFEST.json`, e.g. collectors started with --segments
+    /// s3://bucket/root/<name>), re-read every --refresh-interval; the data directory is then
+    /// only a cache of the segment files read. Without --segments: the data directory as it was
+    /// when opened.
+    #[arg(long, conflicts_with = "demo")]
+    pub read_only: bool,
+    /// With --read-only --segments: how often the collectors' manifests are re-read (new
+    /// segments join, compacted or retired ones leave).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub refresh_interval: std::time::Duration,
     /// A file of `AWS_*=value` lines (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT,
     /// AWS_REGION, …) for --segments; its values are never logged.
     #[arg(long, requires = "segments")]
@@ -209,6 +224,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     sc.retention_age = args.retention;
     sc.retention_bytes = args.retention_size;
     sc.maintenance_interval = args.maintenance_interval;
+    sc.read_only = args.read_only;
+    sc.refresh_interval = args.refresh_interval;
     if let Some(url) = &args.segments {
         #[cfg(feature = "s3")]
         {
@@ -222,10 +239,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "--segments {url}: this weft was built without the `s3` feature (cargo build --features s3)"
         );
     }
+    // A reader binds no ingest listener.
+    let ingest = |flag: &str, v: &str| if args.read_only { Ok(None) } else { listener(flag, v) };
     let cfg = ServerConfig {
-        otlp_http: listener("otlp-http", &args.otlp_http)?,
-        otlp_grpc: listener("otlp-grpc", &args.otlp_grpc)?,
-        zipkin: listener("zipkin", &args.zipkin)?,
+        otlp_http: ingest("otlp-http", &args.otlp_http)?,
+        otlp_grpc: ingest("otlp-grpc", &args.otlp_grpc)?,
+        zipkin: ingest("zipkin", &args.zipkin)?,
         http: listener("http", &args.http)?,
         max_request_bytes: args.max_request_size as usize,
         max_inflight_bytes: args.max_inflight as usize,
@@ -266,7 +285,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let st = store.stats();
     let m = store.metrics();
-    println!("weft serve — collector and store ({} {})", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    let role = if args.read_only { "read-only query node" } else { "collector and store" };
+    println!("weft serve — {role} ({} {})", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    if let (true, Some(url)) = (args.read_only, &args.segments) {
+        println!(
+            "  segments   {url} and every {url}/<name>/ (re-read every {:?}; no ingest listeners)",
+            args.refresh_interval
+        );
+    }
     println!(
         "  data       {}{}",
         store.dir().display(),
@@ -333,7 +359,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "      weft query --url http://{a} \"SELECT service_name, count(*) AS spans, avg(duration_ns)/1e6 AS avg_ms FROM spans GROUP BY 1 ORDER BY 2 DESC\""
         );
     }
-    if st.segment_spans + st.buffer_spans == 0 && !args.demo {
+    if st.segment_spans + st.buffer_spans == 0 && !args.demo && !args.read_only {
         println!(
             "      (no data yet: point an OpenTelemetry or Zipkin exporter here, or restart with --demo)"
         );
