@@ -203,7 +203,9 @@ impl SqlRuntime {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("weft-sql")
-            .enable_time()
+            // IO too: DataFusion reads a bucket's segment files through object_store's HTTP
+            // client, on this runtime.
+            .enable_all()
             .build();
         match rt {
             Ok(rt) => SqlRuntime(Some(rt)),
