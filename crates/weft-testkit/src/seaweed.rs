@@ -50,6 +50,16 @@ impl Seaweed {
         p
     }
 
+    /// Calls `try_write` (a write into the bucket) until it succeeds; fails the test with the
+    /// last error and the server's log after a minute.
+    pub fn wait_writable(&self, mut try_write: impl FnMut() -> Result<(), String>) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err(e) = try_write() {
+            assert!(Instant::now() < deadline, "SeaweedFS takes no writes: {e}\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Starts the server on its data directory and waits until the S3 gateway answers.
     pub fn run(&mut self) {
         let [master, volume, filer, s3] = self.ports;

@@ -1,6 +1,7 @@
 //! Integration tests of the `weft` binary (`CARGO_BIN_EXE_weft`, run as a subprocess) on real
 //! files, real peers and real kernels: the real `weft serve` driven by the OpenTelemetry Python
 //! SDK's exporters and py_zipkin (installed by `.ci/test`) and killed with SIGKILL mid-stream,
+//! three collectors over one SeaweedFS bucket read back by a fourth (feature `s3`),
 //! real `weft agent` processes draining the archipelago example's four tiers (which re-run this
 //! test binary), LTTng, perf, ns-3, headless Chromium. One binary for all of them.
 
@@ -8,6 +9,8 @@ mod agent;
 mod architecture;
 mod breakdown;
 mod case_study;
+#[cfg(feature = "s3")]
+mod collectors;
 mod common;
 mod convert;
 mod crash;

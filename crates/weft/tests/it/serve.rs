@@ -16,7 +16,7 @@ pub fn weft_bin() -> PathBuf {
 /// A `weft serve` child process with every listener on a free loopback port.
 pub struct WeftServe {
     child: Option<Child>,
-    /// OTLP/HTTP listener.
+    /// OTLP/HTTP listener (`0.0.0.0:0`, not bound, on a `--read-only` server; so the two below).
     pub otlp_http: SocketAddr,
     /// OTLP/gRPC listener.
     pub otlp_grpc: SocketAddr,
@@ -40,10 +40,17 @@ impl WeftServe {
     /// Starts `weft serve --data-dir DIR` plus `extra` flags, every listener on port 0, and
     /// waits for its banner (printed once every listener is bound).
     pub fn start(dir: &Path, extra: &[&str]) -> WeftServe {
+        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        WeftServe::start_on(dir, [any; 4], extra)
+    }
+
+    /// As [`WeftServe::start`], on the given listeners (OTLP/HTTP, OTLP/gRPC, Zipkin, query:
+    /// the order of [`WeftServe::listeners`]) — a server restarted where its senders expect it.
+    pub fn start_on(dir: &Path, listeners: [SocketAddr; 4], extra: &[&str]) -> WeftServe {
         let mut cmd = Command::new(weft_bin());
         cmd.arg("serve").arg("--data-dir").arg(dir);
-        for l in ["--otlp-http", "--otlp-grpc", "--zipkin", "--http"] {
-            cmd.args([l, "127.0.0.1:0"]);
+        for (l, a) in ["--otlp-http", "--otlp-grpc", "--zipkin", "--http"].into_iter().zip(listeners) {
+            cmd.arg(l).arg(a.to_string());
         }
         cmd.args(extra).arg("--quiet").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn weft serve");
@@ -78,11 +85,16 @@ impl WeftServe {
             }
         }
         let missing = || panic!("a listener is missing from the banner:\n{}", banner.join("\n"));
+        // A --read-only server binds no ingest listener.
+        let ingest = |a: Option<SocketAddr>| match a {
+            None if extra.contains(&"--read-only") => SocketAddr::from(([0, 0, 0, 0], 0)),
+            a => a.unwrap_or_else(missing),
+        };
         WeftServe {
             child: Some(child),
-            otlp_http: http.unwrap_or_else(missing),
-            otlp_grpc: grpc.unwrap_or_else(missing),
-            zipkin: zipkin.unwrap_or_else(missing),
+            otlp_http: ingest(http),
+            otlp_grpc: ingest(grpc),
+            zipkin: ingest(zipkin),
             http: query.unwrap_or_else(missing),
             stdout: rx,
             agent: ureq::Agent::config_builder()
@@ -130,6 +142,11 @@ impl WeftServe {
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// The listeners' addresses: OTLP/HTTP, OTLP/gRPC, Zipkin, query.
+    pub fn listeners(&self) -> [SocketAddr; 4] {
+        [self.otlp_http, self.otlp_grpc, self.zipkin, self.http]
     }
 
     /// The server's process id.
