@@ -101,8 +101,15 @@ impl Collector {
             query_port: weft_testkit::free_port(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        c.restart();
-        c
+        // The ports were free when picked; another test's process may take one before
+        // `weft serve` binds it (it then exits at once): pick again.
+        for _ in 0..5 {
+            if c.spawn_and_wait() {
+                return c;
+            }
+            (c.port, c.query_port) = (weft_testkit::free_port(), weft_testkit::free_port());
+        }
+        panic!("weft serve did not start on five pairs of free ports (its stderr above says why)");
     }
 
     /// The OTLP/HTTP base URL (where the agent ships spans).
@@ -116,7 +123,13 @@ impl Collector {
     }
 
     fn restart(&mut self) {
-        let child = Command::new(WEFT)
+        assert!(self.spawn_and_wait(), "weft serve exited before answering (its stderr above says why)");
+    }
+
+    /// Starts `weft serve` on this collector's ports and waits until it answers (true) or exits
+    /// (false).
+    fn spawn_and_wait(&mut self) -> bool {
+        let mut child = Command::new(WEFT)
             .args(["serve", "--otlp-grpc", "off", "--zipkin", "off", "--fsync", "always"])
             .arg("--data-dir")
             .arg(&self.data)
@@ -128,11 +141,14 @@ impl Collector {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn weft serve");
-        self.child = Some(child);
         let (h, url) = (http(), format!("{}/api/status", self.query()));
+        let mut exited = false;
         wait_for("weft serve to answer", Duration::from_secs(120), || {
-            h.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200)
+            exited = child.try_wait().is_ok_and(|s| s.is_some());
+            exited || h.get(&url).call().is_ok_and(|r| r.status().as_u16() == 200)
         });
+        self.child = Some(child);
+        !exited
     }
 
     fn kill(&mut self) {
