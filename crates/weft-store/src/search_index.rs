@@ -302,7 +302,10 @@ mod tests {
         for bad in ["%%%", "AAAA", &text[..text.len() - 3]] {
             assert!(SearchIndex::decode(bad).is_err(), "{bad}");
         }
+        // Version 1 (resource attributes and error statuses as pairs) has the same layout.
         let mut other = STANDARD_NO_PAD.decode(&text).unwrap();
+        other[0] = 1;
+        assert_eq!(SearchIndex::decode(&STANDARD_NO_PAD.encode(&other)).unwrap(), idx);
         other[0] = 9;
         let e = SearchIndex::decode(&STANDARD_NO_PAD.encode(other)).unwrap_err();
         assert!(e.contains("version 9"), "{e}");
