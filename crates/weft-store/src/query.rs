@@ -194,25 +194,16 @@ impl TableProvider for SnapshotTable {
             }
         }
 
-        // Buffered batches, spread over `partitions` partitions. Buffered spans name their
-        // resources like the segments' spans files do.
+        // Buffered batches. Buffered spans name their resources like the segments' spans
+        // files do.
         let mem = &self.snapshot.memory[self.table];
         if !mem.is_empty() {
-            let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions.min(mem.len())];
-            for (i, b) in mem.iter().enumerate() {
-                let n = parts.len();
-                parts[i % n].push(b.clone());
-            }
             let spans = self.table == crate::memtable::T_SPANS;
             let file_schema = schema::spans_file_schema();
             let (cols, wants_resources) = file_projection(&projected, &file_schema)?;
             let (schema, proj) =
                 if spans { (file_schema, Some(cols)) } else { (self.schema.clone(), projection.cloned()) };
-            let mut exec = MemorySourceConfig::try_new(&parts, schema, proj)?;
-            if let Some(l) = limit {
-                exec = exec.with_limit(Some(l));
-            }
-            let scan = datafusion::datasource::source::DataSourceExec::from_data_source(exec);
+            let scan = memory_scan(mem, schema, proj, limit, partitions)?;
             if spans {
                 let buffers = self.snapshot.memory_resources.iter().map(|(i, b)| (*i, b));
                 inputs.push(with_resources(scan, &projected, wants_resources, buffers)?);
@@ -226,6 +217,86 @@ impl TableProvider for SnapshotTable {
         }
         UnionExec::try_new(inputs)
     }
+}
+
+/// `spans` rows in the segment files' layout (`resource_ref` instead of the resource columns),
+/// for search: the spans files of a snapshot's segments that store their resources apart (the
+/// snapshot holds no others) and the buffered spans, never joined with their resources.
+#[derive(Debug)]
+pub(crate) struct FileLayoutSpans {
+    pub snapshot: Arc<Snapshot>,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for FileLayoutSpans {
+    fn schema(&self) -> SchemaRef {
+        schema::spans_file_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let partitions = state.config().target_partitions().max(1);
+        let schema = schema::spans_file_schema();
+        let files_at = &self.snapshot.files_at;
+        // Spans files written before scopes were stored once have the scope columns too,
+        // which no projection of this schema names.
+        let files = (self.snapshot.segments.iter())
+            .filter_map(|s| s.meta.file(schema::SPANS))
+            .map(|f| (files_at.path(&f.file), f.bytes))
+            .collect();
+        let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        let proj = projection.cloned();
+        let files = (&files_at.url, files);
+        if let Some(scan) =
+            parquet_scan(state, files, schema.clone(), proj.clone(), filters, limit, partitions).await?
+        {
+            inputs.push(scan);
+        }
+        let mem = &self.snapshot.memory[crate::memtable::T_SPANS];
+        if !mem.is_empty() {
+            inputs.push(memory_scan(mem, schema.clone(), proj, limit, partitions)?);
+        }
+        match inputs.len() {
+            0 => Ok(Arc::new(EmptyExec::new(match projection {
+                Some(p) => Arc::new(schema.project(p)?),
+                None => schema,
+            }))),
+            _ => UnionExec::try_new(inputs),
+        }
+    }
+}
+
+/// A scan of buffered batches (schema `schema`), spread over `partitions` partitions.
+fn memory_scan(
+    mem: &[RecordBatch],
+    schema: SchemaRef,
+    projection: Option<Vec<usize>>,
+    limit: Option<usize>,
+    partitions: usize,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let mut parts: Vec<Vec<RecordBatch>> = vec![Vec::new(); partitions.min(mem.len()).max(1)];
+    for (i, b) in mem.iter().enumerate() {
+        let n = parts.len();
+        parts[i % n].push(b.clone());
+    }
+    let mut exec = MemorySourceConfig::try_new(&parts, schema, projection)?;
+    if let Some(l) = limit {
+        exec = exec.with_limit(Some(l));
+    }
+    Ok(datafusion::datasource::source::DataSourceExec::from_data_source(exec))
 }
 
 /// `scan` (spans in the segment files' layout) as rows of `projected`, the resource columns

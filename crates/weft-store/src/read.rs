@@ -165,9 +165,32 @@ impl Store {
 
     /// A session over `snap` (a part of a snapshot, for search).
     pub(crate) fn session_of(&self, snap: Arc<Snapshot>, runtime: Arc<RuntimeEnv>) -> Result<SessionContext> {
-        let config = SessionConfig::new()
-            .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
-            .with_information_schema(true);
+        self.session_with(snap, runtime, session_config())
+    }
+
+    /// A session over `snap` for search: the tables of [`Store::session_of`], with the Parquet
+    /// filters evaluated while decoding (the columns a search reads besides its filters' are
+    /// decoded only for the rows that pass them), and `search_spans`, the spans of `snap`'s
+    /// segments with their resources apart (and of its buffers) in the files' layout.
+    pub(crate) fn search_session(
+        &self,
+        snap: Arc<Snapshot>,
+        runtime: Arc<RuntimeEnv>,
+    ) -> Result<SessionContext> {
+        let mut config = session_config();
+        let parquet = &mut config.options_mut().execution.parquet;
+        (parquet.pushdown_filters, parquet.reorder_filters) = (true, true);
+        let ctx = self.session_with(snap.clone(), runtime, config)?;
+        ctx.register_table("search_spans", Arc::new(crate::query::FileLayoutSpans { snapshot: snap }))?;
+        Ok(ctx)
+    }
+
+    fn session_with(
+        &self,
+        snap: Arc<Snapshot>,
+        runtime: Arc<RuntimeEnv>,
+        config: SessionConfig,
+    ) -> Result<SessionContext> {
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         for (t, name) in schema::TABLE_NAMES.iter().enumerate() {
             let table = SnapshotTable { snapshot: snap.clone(), table: t, schema: schema::schema_of(t) };
@@ -316,4 +339,10 @@ impl Store {
         }
         Ok(traces)
     }
+}
+
+fn session_config() -> SessionConfig {
+    SessionConfig::new()
+        .with_target_partitions(std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
+        .with_information_schema(true)
 }

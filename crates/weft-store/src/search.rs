@@ -1,13 +1,21 @@
 //! Trace search: the criteria ([`TraceQuery`]), the SQL they become ([`search_sql`]) and
 //! [`Store::search`].
 //!
-//! The indexed plan ([`SearchPlan::Indexed`], the default) runs that SQL over the buffers and
-//! only the segments that may hold a match (time range and operations from the manifest,
-//! durations and an attribute bloom filter from the segment's `search_index`), newest
-//! segments first in rounds of 1, 2, 4… segments, and stops once the remaining segments are
-//! all older than the N-th trace found. The per-round top N merged by each trace's latest
-//! matching span is exactly the top N of the whole store, so its answer is the scan's
-//! ([`SearchPlan::Scan`]: the same SQL over everything, kept as the reference).
+//! The indexed plan ([`SearchPlan::Indexed`], the default) searches the buffers and only the
+//! segments that may hold a match (time range and operations from the manifest, durations
+//! and a span attribute bloom filter from the segment's `search_index`, resource attributes
+//! from its resources file), newest segments first in rounds of 1, 2, 4… segments, and stops
+//! once the remaining segments are all older than the N-th trace found. The per-round top N
+//! merged by each trace's latest matching span is exactly the top N of the whole store, so its
+//! answer is the scan's ([`SearchPlan::Scan`]: the SQL of [`search_sql`] over everything,
+//! kept as the reference).
+//!
+//! A round's segments that store their resources apart, and the buffers, are searched in the
+//! files' layout (`search_spans`, [`file_layout_sql`]), never joined with their resources: an
+//! attribute condition's resource side becomes `resource_ref IN (…)`, the resources that
+//! match it found in the resources files beforehand, and its span side is dropped where the
+//! bloom filters rule it out; Parquet evaluates the filters while decoding, so the other
+//! columns are decoded only for the rows that pass them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,7 +26,13 @@ use weft_model::{Span, SpanKind, TraceId};
 
 use crate::error::{Result, StoreError};
 use crate::query::{Snapshot, sql_str};
+use crate::search_index::{error_status_matches, resource_refs, span_side_may_hold};
+use crate::segment::Segment;
 use crate::{Store, arrow_rows, schema, search_index};
+
+/// Most `resource_ref`s one condition of [`file_layout_sql`] lists; a round whose resources
+/// match more is searched through the `spans` view.
+const MAX_REFS: usize = 4096;
 
 /// How a search finds its traces (the results are the same).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,7 +87,25 @@ impl Store {
     /// The top `q.limit` (trace, latest matching start) of the segments and buffers of `snap`.
     async fn search_part(&self, snap: Arc<Snapshot>, q: &TraceQuery) -> Result<Vec<(TraceId, i64)>> {
         let ctx = self.session_of(snap, self.inner.runtime.clone())?;
-        let res = self.sql_in(ctx, &search_sql(q), q.limit.max(1), usize::MAX).await?;
+        self.run_search(ctx, &search_sql(q), q).await
+    }
+
+    /// [`Store::search_part`] over segments that all store their resources apart (and
+    /// buffers), in the files' layout.
+    async fn search_files(&self, snap: Arc<Snapshot>, q: &TraceQuery) -> Result<Vec<(TraceId, i64)>> {
+        let Some(sql) = file_layout_sql(q, &snap) else { return self.search_part(snap, q).await };
+        let ctx = self.search_session(snap, self.inner.runtime.clone())?;
+        self.run_search(ctx, &sql, q).await
+    }
+
+    /// Runs a search's SQL: rows of (trace id, latest matching start).
+    async fn run_search(
+        &self,
+        ctx: datafusion::prelude::SessionContext,
+        sql: &str,
+        q: &TraceQuery,
+    ) -> Result<Vec<(TraceId, i64)>> {
+        let res = self.sql_in(ctx, sql, q.limit.max(1), usize::MAX).await?;
         let mut out = Vec::new();
         for b in &res.batches {
             let ids = b.column(0).as_any().downcast_ref::<FixedSizeBinaryArray>();
@@ -94,10 +126,10 @@ impl Store {
         let mut segments: Vec<_> = snap
             .segments
             .iter()
-            .filter(|s| search_index::may_match(&s.meta, s.search_index(), q))
+            .filter(|s| search_index::may_match(&s.meta, s.search_index(), s.resources(), q))
             .cloned()
             .collect();
-        let newest = |s: &crate::segment::Segment| s.meta.file(schema::SPANS).map_or(0, |f| f.max_time_ns);
+        let newest = |s: &Segment| s.meta.file(schema::SPANS).map_or(0, |f| f.max_time_ns);
         segments.sort_by_key(|s| std::cmp::Reverse(newest(s)));
         let mut best: HashMap<TraceId, i64> = HashMap::new();
         let (mut at, mut round) = (0usize, 1usize);
@@ -107,13 +139,16 @@ impl Store {
             at += group.len();
             round *= 2;
             let (memory, memory_resources) = memory.take().unwrap_or_default();
-            let part = Arc::new(Snapshot {
-                segments: group,
-                memory,
-                memory_resources,
-                files_at: snap.files_at.clone(),
-            });
-            for (id, t) in self.search_part(part, q).await? {
+            // Segments written before resources were stored apart go through the `spans` view.
+            let (apart, legacy): (Vec<_>, Vec<_>) = group.into_iter().partition(|s| s.resources().is_some());
+            let part = |segments, memory, memory_resources| {
+                Arc::new(Snapshot { segments, memory, memory_resources, files_at: snap.files_at.clone() })
+            };
+            let mut found = self.search_files(part(apart, memory, memory_resources), q).await?;
+            if !legacy.is_empty() {
+                found.extend(self.search_part(part(legacy, Default::default(), Vec::new()), q).await?);
+            }
+            for (id, t) in found {
                 let e = best.entry(id).or_insert(t);
                 *e = (*e).max(t);
             }
@@ -189,8 +224,65 @@ fn rank(best: &HashMap<TraceId, i64>) -> Vec<(TraceId, i64)> {
     v
 }
 
-/// The SQL [`Store::search_trace_ids`] runs.
+/// The SQL [`Store::search_trace_ids`] runs by [`SearchPlan::Scan`].
 pub fn search_sql(q: &TraceQuery) -> String {
+    search_sql_over("spans", q, |k, v| {
+        let key = sql_str(k);
+        match v.map(sql_str) {
+            Some(v) => vec![format!("attributes[{key}] = {v}"), format!("resource_attributes[{key}] = {v}")],
+            None => vec![
+                format!("attributes[{key}] IS NOT NULL"),
+                format!("resource_attributes[{key}] IS NOT NULL"),
+                events_have(&key),
+            ],
+        }
+    })
+}
+
+/// A span event of the span is named `key` (an SQL literal).
+fn events_have(key: &str) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM span_events e WHERE e.trace_id = spans.trace_id AND e.span_id = spans.span_id AND e.name = {key})"
+    )
+}
+
+/// The search's SQL over `search_spans` (the spans of `part`'s segments, which all store their
+/// resources apart, and of its buffers): each attribute condition's span side only when a
+/// bloom filter of `part` (or a buffer) may hold it, its resource side as the `resource_ref`s
+/// of the resources that hold it. `None` when a condition's resources are more than
+/// [`MAX_REFS`].
+fn file_layout_sql(q: &TraceQuery, part: &Snapshot) -> Option<String> {
+    let buffered = part.memory[crate::memtable::T_SPANS].iter().any(|b| b.num_rows() > 0);
+    let mut too_many = false;
+    let sql = search_sql_over("search_spans AS spans", q, |k, v| {
+        let key = sql_str(k);
+        let mut branches = Vec::new();
+        if buffered || part.segments.iter().any(|s| span_side_may_hold(s.search_index(), k, v)) {
+            branches.push(match v {
+                Some(v) => format!("attributes[{key}] = {}", sql_str(v)),
+                None => format!("(attributes[{key}] IS NOT NULL OR {})", events_have(&key)),
+            });
+        }
+        let segments = part.segments.iter().filter_map(|s| Some((s.meta.id, s.resources()?)));
+        let buffers = part.memory_resources.iter().map(|(id, r)| (*id, r));
+        let refs: Vec<u64> = segments.chain(buffers).flat_map(|(id, r)| resource_refs(id, r, k, v)).collect();
+        too_many |= refs.len() > MAX_REFS;
+        if !refs.is_empty() {
+            let list: Vec<String> = refs.iter().map(u64::to_string).collect();
+            branches.push(format!("resource_ref IN ({})", list.join(", ")));
+        }
+        branches
+    });
+    (!too_many).then_some(sql)
+}
+
+/// The search's SQL over `table` (`spans` rows, or their files' layout): `attribute(key,
+/// value)` gives the branches (ORed) of an attribute condition besides an error status.
+fn search_sql_over(
+    table: &str,
+    q: &TraceQuery,
+    mut attribute: impl FnMut(&str, Option<&str>) -> Vec<String>,
+) -> String {
     let mut conds: Vec<String> = Vec::new();
     if let Some(s) = &q.service {
         conds.push(format!("service_name = {}", sql_str(s)));
@@ -202,28 +294,14 @@ pub fn search_sql(q: &TraceQuery) -> String {
         conds.push(format!("kind = {}", sql_str(k.as_str())));
     }
     for (k, v) in &q.attributes {
-        let key = sql_str(k);
-        match v {
-            Some(v) => {
-                let val = sql_str(v);
-                let mut c = format!("(attributes[{key}] = {val} OR resource_attributes[{key}] = {val}");
-                if k == "error" && (v == "true" || v.is_empty()) {
-                    c.push_str(" OR status_code = 'error'");
-                }
-                c.push(')');
-                conds.push(c);
-            }
-            None => {
-                let mut c = format!(
-                    "(attributes[{key}] IS NOT NULL OR resource_attributes[{key}] IS NOT NULL OR EXISTS (SELECT 1 FROM span_events e WHERE e.trace_id = spans.trace_id AND e.span_id = spans.span_id AND e.name = {key})"
-                );
-                if k == "error" {
-                    c.push_str(" OR status_code = 'error'");
-                }
-                c.push(')');
-                conds.push(c);
-            }
+        let mut branches = attribute(k, v.as_deref());
+        if error_status_matches(k, v.as_deref()) {
+            branches.push("status_code = 'error'".into());
         }
+        conds.push(match branches.len() {
+            0 => "FALSE".into(),
+            _ => format!("({})", branches.join(" OR ")),
+        });
     }
     if let Some(d) = q.min_duration_ns {
         conds.push(format!("duration_ns >= {}", d.min(i64::MAX as u64)));
@@ -239,7 +317,7 @@ pub fn search_sql(q: &TraceQuery) -> String {
     }
     let filter = if conds.is_empty() { String::new() } else { format!(" WHERE {}", conds.join(" AND ")) };
     format!(
-        "SELECT trace_id, max(start_time) AS latest FROM spans{filter} GROUP BY trace_id ORDER BY latest DESC, trace_id DESC LIMIT {}",
+        "SELECT trace_id, max(start_time) AS latest FROM {table}{filter} GROUP BY trace_id ORDER BY latest DESC, trace_id DESC LIMIT {}",
         q.limit.max(1)
     )
 }

@@ -3,11 +3,16 @@
 //!
 //! Written into the footer of a segment's spans file (Parquet key-value metadata under
 //! [`FOOTER_KEY`]) by every flush and compaction, so it lives and dies with the segment. It
-//! holds the span durations' range and a bloom filter of the segment's attribute keys and
-//! `key=value` pairs (span and resource attributes), span event names, and the `error`
-//! matches an error status gives. Time range and (service, span name, kind) come from the
-//! manifest entry. Segments without the key (written before it existed, or with
+//! holds the span durations' range and a bloom filter of the span attributes' keys and
+//! `key=value` pairs, span event names, and whether a span has an error status. Resource
+//! attributes are not in it: a search matches them against the segment's resources file (a
+//! few rows, in memory) and, knowing which resources match, reads only `resource_ref` for the
+//! resource side of a condition ([`resource_refs`]). Time range and (service, span name, kind)
+//! come from the manifest entry. Segments without the key (written before it existed, or with
 //! [`crate::WriteOptions::search_index`] off) are only pruned by the manifest's facts.
+//!
+//! Version 1 indexes (still read) held the resource attributes too, and the error status as
+//! the `error` key and `error=true` / `error=` pairs: more than version 2 says, never less.
 //!
 //! A bloom filter has no false negatives, so a skipped segment never held a match; it is
 //! sized at 10 bits per distinct item, capped at [`MAX_BITS_PER_SPAN`] per span.
@@ -29,7 +34,7 @@ pub(crate) const FOOTER_KEY: &str = "weft.search_index";
 /// Bloom bits per span at most (the index stays under 2 B/span, ~5 % of a segment).
 const MAX_BITS_PER_SPAN: usize = 16;
 const BITS_PER_ITEM: usize = 10;
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const HEADER: usize = 1 + 1 + 8 + 8;
 
 /// The index of one segment.
@@ -69,6 +74,11 @@ fn pair_item(key: &str, value: &str) -> u64 {
     hash(2, key, Some(value))
 }
 
+/// Some span of the segment has an error status.
+fn error_status_item() -> u64 {
+    hash(3, "error", None)
+}
+
 fn map_items(map: &MapArray, items: &mut HashSet<u64>) {
     let keys = map.keys().as_any().downcast_ref::<StringArray>();
     let values = map.values().as_any().downcast_ref::<StringArray>();
@@ -88,12 +98,8 @@ fn map_col<'a>(b: &'a RecordBatch, name: &str) -> Option<&'a MapArray> {
 
 impl SearchIndex {
     /// Builds the index of a segment from the batches it is written from: spans (either
-    /// layout), the resources their rows name, and span events.
-    pub(crate) fn build(
-        spans: &[RecordBatch],
-        resources: &RecordBatch,
-        events: &[RecordBatch],
-    ) -> Result<Self> {
+    /// layout: resource attributes on the rows are indexed too) and span events.
+    pub(crate) fn build(spans: &[RecordBatch], events: &[RecordBatch]) -> Result<Self> {
         let mut items = HashSet::new();
         let (mut lo, mut hi, mut rows) = (i64::MAX, i64::MIN, 0usize);
         for b in spans.iter().filter(|b| b.num_rows() > 0) {
@@ -113,11 +119,8 @@ impl SearchIndex {
             if let Some(st) = b.column_by_name("status_code").and_then(|c| c.as_string_opt::<i32>())
                 && st.iter().any(|s| s == Some("error"))
             {
-                items.extend([key_item("error"), pair_item("error", "true"), pair_item("error", "")]);
+                items.insert(error_status_item());
             }
-        }
-        if let Some(m) = map_col(resources, "resource_attributes") {
-            map_items(m, &mut items);
         }
         for b in events {
             if let Some(names) = b.column_by_name("name").and_then(|c| c.as_string_opt::<i32>()) {
@@ -176,8 +179,8 @@ impl SearchIndex {
         if b.len() < HEADER + 8 || !(b.len() - HEADER).is_multiple_of(8) {
             return Err(format!("{} bytes, not a header and whole 64-bit words", b.len()));
         }
-        if b[0] != VERSION {
-            return Err(format!("version {} (this weft reads {VERSION})", b[0]));
+        if !(1..=VERSION).contains(&b[0]) {
+            return Err(format!("version {} (this weft reads 1 to {VERSION})", b[0]));
         }
         if !(1..=8).contains(&b[1]) {
             return Err(format!("{} hash functions (1 to 8 are written)", b[1]));
@@ -196,9 +199,14 @@ impl SearchIndex {
     }
 }
 
-/// False when a segment (its manifest entry and index, if it has one) cannot hold a span
-/// matching `q`.
-pub(crate) fn may_match(meta: &SegmentMeta, index: Option<&SearchIndex>, q: &TraceQuery) -> bool {
+/// False when a segment (its manifest entry, index and resources, if it has them) cannot hold
+/// a span matching `q`.
+pub(crate) fn may_match(
+    meta: &SegmentMeta,
+    index: Option<&SearchIndex>,
+    resources: Option<&RecordBatch>,
+    q: &TraceQuery,
+) -> bool {
     let Some(f) = meta.file(schema::SPANS) else { return false };
     if q.start_min_ns.is_some_and(|t| f.max_time_ns < t) || q.start_max_ns.is_some_and(|t| f.min_time_ns > t)
     {
@@ -221,10 +229,57 @@ pub(crate) fn may_match(meta: &SegmentMeta, index: Option<&SearchIndex>, q: &Tra
     {
         return false;
     }
-    q.attributes.iter().all(|(k, v)| match v {
+    q.attributes.iter().all(|(k, v)| {
+        let v = v.as_deref();
+        span_side_may_hold(Some(idx), k, v)
+            || (error_status_matches(k, v) && idx.may_hold(error_status_item()))
+            || resources.is_some_and(|r| resources_match(r, k, v).any(|m| m))
+    })
+}
+
+/// Whether the span attributes (or, for a key alone, the span event names) of a segment with
+/// index `index` may hold `k` (`= v`); true without an index.
+pub(crate) fn span_side_may_hold(index: Option<&SearchIndex>, k: &str, v: Option<&str>) -> bool {
+    index.is_none_or(|idx| match v {
         Some(v) => idx.may_hold(pair_item(k, v)),
         None => idx.may_hold(key_item(k)),
     })
+}
+
+/// Whether an error status matches the search condition `k` (`= v`).
+pub(crate) fn error_status_matches(k: &str, v: Option<&str>) -> bool {
+    k == "error" && v.is_none_or(|v| v == "true" || v.is_empty())
+}
+
+/// For each row of a resources batch, whether its `resource_attributes[k]` is `v` (a key
+/// alone: is not null), as SQL sees it: the first entry with that key counts.
+fn resources_match<'a>(
+    resources: &'a RecordBatch,
+    k: &'a str,
+    v: Option<&'a str>,
+) -> impl Iterator<Item = bool> + 'a {
+    let map = map_col(resources, "resource_attributes");
+    let kv = map.and_then(|m| {
+        let keys = m.keys().as_any().downcast_ref::<StringArray>()?;
+        let values = m.values().as_any().downcast_ref::<StringArray>()?;
+        Some((m, keys, values))
+    });
+    (0..resources.num_rows()).map(move |r| {
+        let Some((m, keys, values)) = kv else { return false };
+        if m.is_null(r) {
+            return false;
+        }
+        let o = m.value_offsets();
+        let first = (o[r] as usize..o[r + 1] as usize).find(|&e| keys.is_valid(e) && keys.value(e) == k);
+        first.is_some_and(|e| values.is_valid(e) && v.is_none_or(|v| values.value(e) == v))
+    })
+}
+
+/// The `resource_ref`s (`id << 32 | row`) of the rows of `resources` (the resources of segment
+/// or buffer `id`) whose `resource_attributes[k]` is `v` (a key alone: is not null).
+pub(crate) fn resource_refs(id: u64, resources: &RecordBatch, k: &str, v: Option<&str>) -> Vec<u64> {
+    let rows = resources_match(resources, k, v).enumerate();
+    rows.filter(|(_, m)| *m).map(|(row, _)| crate::resources::segment_ref(id, row as u64)).collect()
 }
 
 #[cfg(test)]
@@ -247,7 +302,10 @@ mod tests {
         for bad in ["%%%", "AAAA", &text[..text.len() - 3]] {
             assert!(SearchIndex::decode(bad).is_err(), "{bad}");
         }
+        // Version 1 (resource attributes and error statuses as pairs) has the same layout.
         let mut other = STANDARD_NO_PAD.decode(&text).unwrap();
+        other[0] = 1;
+        assert_eq!(SearchIndex::decode(&STANDARD_NO_PAD.encode(&other)).unwrap(), idx);
         other[0] = 9;
         let e = SearchIndex::decode(&STANDARD_NO_PAD.encode(other)).unwrap_err();
         assert!(e.contains("version 9"), "{e}");

@@ -435,7 +435,7 @@ pub(crate) fn write_segment(
     let mut mem_bytes = 0u64;
     let spans = &tables[crate::memtable::T_SPANS];
     let index = if o.search_index && spans.iter().any(|b| b.num_rows() > 0) {
-        Some(SearchIndex::build(spans, resources, &tables[1])?)
+        Some(SearchIndex::build(spans, &tables[1])?)
     } else {
         None
     };

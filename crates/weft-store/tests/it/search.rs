@@ -74,19 +74,19 @@ fn indexed_search_answers_as_the_scan_does() {
     let dir = tempfile::tempdir().unwrap();
     let mut shop = Shop::new(11, 1_700_000_000_000_000_000, 20_000_000);
     let mut all = Vec::new();
-    // Segments written before the index existed.
-    let mut cfg = config(dir.path());
-    cfg.write.search_index = false;
-    let store = Store::open(cfg).unwrap();
-    for _ in 0..OLD_SEGMENTS {
+    // Segments written before the index existed, every other one also before resources were
+    // stored apart (searched through the `spans` view, not in the files' layout).
+    for i in 0..OLD_SEGMENTS {
+        let mut cfg = config(dir.path());
+        (cfg.write.search_index, cfg.write.resource_table) = (false, i % 2 == 1);
+        let store = Store::open(cfg).unwrap();
         let s = shop.spans(CHUNK);
         store.append(&s).unwrap();
         store.flush().unwrap();
         all.extend(s);
+        assert_eq!(store.stats().search_index_bytes, 0);
+        store.close().unwrap();
     }
-    assert_eq!(store.stats().search_index_bytes, 0);
-    store.close().unwrap();
-    drop(store);
 
     let store = Store::open(config(dir.path())).unwrap();
     for _ in 0..NEW_SEGMENTS {
