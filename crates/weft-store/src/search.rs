@@ -10,7 +10,8 @@
 //! answer is the scan's ([`SearchPlan::Scan`]: the SQL of [`search_sql`] over everything,
 //! kept as the reference).
 //!
-//! A round's segments that store their resources apart, and the buffers, are searched in the
+//! A round's segments that store their resources apart (the store's own: a reader's segments of
+//! other collectors go through the `spans` view), and the buffers, are searched in the
 //! files' layout (`search_spans`, [`file_layout_sql`]), never joined with their resources: an
 //! attribute condition's resource side becomes `resource_ref IN (…)`, the resources that
 //! match it found in the resources files beforehand, and its span side is dropped where the
@@ -139,8 +140,11 @@ impl Store {
             at += group.len();
             round *= 2;
             let (memory, memory_resources) = memory.take().unwrap_or_default();
-            // Segments written before resources were stored apart go through the `spans` view.
-            let (apart, legacy): (Vec<_>, Vec<_>) = group.into_iter().partition(|s| s.resources().is_some());
+            // Segments written before resources were stored apart, and other collectors'
+            // segments of a read-only store over several (their files and `resource_ref`s are
+            // their collector's, which only the `spans` view tells apart), go through the view.
+            let (apart, legacy): (Vec<_>, Vec<_>) =
+                group.into_iter().partition(|s| s.resources().is_some() && s.origin.is_none());
             let part = |segments, memory, memory_resources| {
                 Arc::new(Snapshot { segments, memory, memory_resources, files_at: snap.files_at.clone() })
             };
