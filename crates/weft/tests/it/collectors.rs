@@ -175,7 +175,11 @@ fn three_collectors_one_bucket_a_reader_sees_every_acknowledged_span_once_and_tr
 
     // Collector 2 dies once it holds a share of both senders' spans (acknowledged, in its WAL,
     // partly uploaded).
-    wait_for("collector 2 took 3,000 spans", 300, || c(&collectors, VICTIM) >= 3000.0);
+    // ... and holds spans not yet flushed (in its WAL): the kill must leave it something to replay.
+    let buffered = |c: &WeftServe| c.metric("weft_buffer_spans ");
+    wait_for("collector 2 took 3,000 spans, some not flushed yet", 300, || {
+        c(&collectors, VICTIM) >= 3000.0 && collectors[VICTIM].as_ref().is_some_and(|c| buffered(c) >= 20.0)
+    });
     let listeners = collectors[VICTIM].as_ref().expect("running").listeners();
     let before_kill = c(&collectors, VICTIM);
     collectors[VICTIM].take().expect("running").kill9();
