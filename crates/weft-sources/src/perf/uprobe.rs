@@ -109,8 +109,16 @@ impl DynamicUprobes {
 impl Drop for DynamicUprobes {
     fn drop(&mut self) {
         for name in self.created.iter().rev() {
-            if let Err(e) = self.write(&format!("-:{}", name.replace(':', "/"))) {
-                tracing::warn!("could not remove uprobe event {name}: {e}");
+            // Busy while a perf event on it is open somewhere: also in a child another thread
+            // forked and has not exec'd yet (close-on-exec), so try again for a moment.
+            let mut tries = 0;
+            while let Err(e) = self.write(&format!("-:{}", name.replace(':', "/"))) {
+                tries += 1;
+                if tries == 20 {
+                    tracing::warn!("could not remove uprobe event {name}: {e}");
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
             }
         }
     }
