@@ -6,12 +6,14 @@
 //! |---|---|---|
 //! | `POST /api/control/queries[?wait=2s][&keep=NAME]` | bearer | body: the query text. 201 with its id and plan; `EXPLAIN …` answers the plan only (200); an invalid query gets 400 with `line`, `column` and `reason`. With `wait`, answers once every live agent runs (or refused) it. With `keep`, its closed windows are written to the store's result table `NAME` (SQL: `live_NAME`, see [`crate::live_keep`]); a name not `[a-z0-9_]{1,64}`, or of a table holding other columns, gets 400 |
 //! | `GET /api/control/queries` | bearer | the queries, running and ended, and the agents in the exchange |
-//! | `GET /api/control/queries/{id}/results[?windows=N]` | bearer | closed windows (rows, contributing and missing agents), the total over them, per-agent totals, agents' state (running, late, dead), failures, late partials, bytes received, `kept` (a kept query's table, windows and rows written, waiting, write errors) |
+//! | `GET /api/control/queries/{id}/results[?windows=N]` | bearer | closed windows (rows, contributing and missing agents), the total (closed windows and late partials), per-agent totals, agents' state (running, late, dead), failures, late partials, bytes received, `kept` (a kept query's table, windows and rows written, waiting, write errors) |
 //! | `DELETE /api/control/queries/{id}[?wait=2s]` | bearer | remove: agents detach it from every process (their tables are freed); its results stay readable |
 //! | `POST /api/control/live` | bearer | agents: deliver partials, learn which queries to run ([`LiveSync`] → [`LiveAnswer`]); held until the set changes |
 //!
 //! A window `[start, start + interval)` closes `interval + grace` after its start (grace: half
-//! the interval, at least 1 s); a partial arriving later is counted as late and not merged. An
+//! the interval, at least 1 s); a partial arriving later is counted as late and merged into the
+//! query's total and its agent's total only (never into a closed window, which was already
+//! served and kept). An
 //! agent expected in a window (it reported the query running) and absent from it is listed as
 //! missing; an agent silent for longer than its long poll plus [`DEAD_AFTER`] is dead. Nothing
 //! waits for either. Bounded: [`MAX_QUERIES`] queries (the oldest ended ones go first),
@@ -753,7 +755,12 @@ async fn sync(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Res
             q.partial_bytes += partial.encode().len() as u64;
             let start = r.window_start_ns;
             if start < q.closed_until || start.saturating_add(q.interval_ns + q.grace_ns) <= now_ns {
+                // its window is gone (or due), but what it counted still belongs to the totals
                 q.late += 1;
+                let to_agent = q.by_agent.entry(r.agent.clone()).or_default().merge(&partial);
+                if q.total.merge(&partial).is_err() || to_agent.is_err() {
+                    q.merge_errors += 1;
+                }
                 continue;
             }
             if start > now_ns.saturating_add(q.interval_ns)

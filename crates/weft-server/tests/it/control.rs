@@ -321,3 +321,51 @@ fn captures_reach_the_polling_agents_and_their_outcomes_come_back() {
     assert_eq!(get("/api/control/captures/x").0, 400);
     assert_eq!(get("/api/control/captures/999").0, 404);
 }
+
+/// A partial that reaches the collector after its window closed (an agent starved or cut off
+/// for longer than the grace) is counted late and still adds to the query's total and its
+/// agent's total; the closed windows, already served, are left as they were.
+#[test]
+fn late_partials_count_in_the_totals_not_in_closed_windows() {
+    use weft_control::live::{LiveSync, PartialReport};
+    use weft_probe::agg::{Partial, State};
+
+    let s = server();
+    let sync = |req: &LiveSync| {
+        let (st, _, body) = s.post("/api/control/live", &[JSON, AUTH], &serde_json::to_vec(req).unwrap());
+        assert_eq!(st, 200, "{}", String::from_utf8_lossy(&body));
+    };
+    let hello = LiveSync {
+        agent: "n1".into(),
+        host: "h".into(),
+        tracepoints: Some(vec![("t.x".into(), "len:u64".into())]),
+        ..LiveSync::default()
+    };
+    sync(&hello);
+    let (st, _, b) =
+        s.post("/api/control/queries", &[AUTH], b"SELECT count(*), sum(len) FROM tp('t.x') INTERVAL 1s");
+    assert_eq!(st, 201, "{}", String::from_utf8_lossy(&b));
+    let id = json(&b)["id"].as_u64().expect("id");
+    let part = |n: u64| Partial {
+        groups: [(vec![], vec![State::Count(n), State::Sum(10 * n as i128)])].into(),
+        events: n,
+        ..Partial::default()
+    };
+    let second = 1_000_000_000;
+    let now = weft_probe::clock::realtime_ns();
+    let old = now - now % second - 30 * second;
+    let report = |start: u64, n: u64| PartialReport::new(id, "n1", start, second, &part(n));
+    sync(&LiveSync { running: vec![id], reports: vec![report(old, 7)], ..hello.clone() });
+    sync(&LiveSync { running: vec![id], reports: vec![report(old + second, 2)], ..hello.clone() });
+
+    let mut req = s.agent.get(&s.url(&format!("/api/control/queries/{id}/results"))).header(AUTH.0, AUTH.1);
+    req = req.header("Accept", "application/json");
+    let mut r = req.call().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v = json(&r.body_mut().read_to_vec().unwrap());
+    assert_eq!(v["late_partials"], 2, "{v}");
+    assert_eq!(v["total"]["rows"], serde_json::json!([[9, 90]]), "{v}");
+    assert_eq!(v["by_agent"]["n1"]["rows"], serde_json::json!([[9, 90]]), "{v}");
+    assert_eq!(v["windows"], serde_json::json!([]), "no window holds them: {v}");
+    assert_eq!(v["merge_errors"], 0, "{v}");
+}

@@ -573,10 +573,12 @@ fn happened_before_join_on_archipelago() {
     });
     let url = format!("{base}/api/control/queries/{id}/results?windows=600");
     let mut got = BTreeMap::new();
+    let mut last = Value::Null;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let (st, v) = call("GET", &url, Some(TOKEN), None);
         assert_eq!(st, 200, "{v}");
+        last = v.clone();
         let rows = v["total"]["rows"].as_array().cloned().unwrap_or_default();
         got = rows
             .iter()
@@ -590,7 +592,8 @@ fn happened_before_join_on_archipelago() {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(got, want, "per-client bytes at the blocker");
+    // (partials that reach the collector after their window closed still count in the total)
+    assert_eq!(got, want, "per-client bytes at the blocker; the last answer: {last}");
     let (st, _) = call("DELETE", &format!("{base}/api/control/queries/{id}?wait=5s"), Some(TOKEN), None);
     assert_eq!(st, 200);
     cluster.stop();
