@@ -36,9 +36,11 @@
 //!   declared without a type are checked per event; a mismatch drops the event and counts it.
 //! * The hot path never blocks and never panics. It allocates only at a thread's first event
 //!   after an install or detach (its per-thread table of `capacity` entries and the cached
-//!   `comm`/`host` strings); if the query list (or a query's list of threads) is locked at
-//!   that moment, the event is skipped, counted in [`refresh_skipped`], and the thread retries
-//!   at its next event.
+//!   `comm`/`host` strings), and it joins the query then without waiting for anyone: the
+//!   collector only reads the query list, and a thread announces its table through a channel.
+//!   Every event after [`install`] returns is seen by the query, except one that meets
+//!   another install or detach under way: it runs with the thread's previous list (counted
+//!   in [`refresh_deferred`]), and the thread picks the change up at its next event.
 //! * Per-thread state is a bounded open-addressing table; a full table drops the event and
 //!   counts it ([`crate::agg::Drops::table_full`]). Bucketed aggregates (histograms, the
 //!   quantile sketch) take one table entry per (group, bucket) hit.
@@ -74,7 +76,8 @@ use crate::tracepoint::{FieldSpec, Tracepoint};
 use crate::value::Fields;
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A value as a query sees it (a field of an event or a context value).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -1116,7 +1119,24 @@ struct Installed {
     id: QueryId,
     tps: Vec<&'static Tracepoint>,
     compiled: Compiled,
-    threads: Mutex<Vec<Arc<ThreadPartial>>>,
+    /// Where a thread announces its table: sending never blocks, so a thread joins the query
+    /// at its first event whatever the collector is doing.
+    join: Sender<Arc<ThreadPartial>>,
+    threads: Mutex<Threads>,
+}
+
+/// The collector's view of a query's thread tables: the announced ones are moved from the
+/// channel to the list at each collection.
+struct Threads {
+    joined: Receiver<Arc<ThreadPartial>>,
+    list: Vec<Arc<ThreadPartial>>,
+}
+
+impl Installed {
+    fn new(id: QueryId, tps: Vec<&'static Tracepoint>, compiled: Compiled) -> Installed {
+        let (join, joined) = channel();
+        Installed { id, tps, compiled, join, threads: Mutex::new(Threads { joined, list: Vec::new() }) }
+    }
 }
 
 struct Queries {
@@ -1124,12 +1144,19 @@ struct Queries {
     next: u64,
 }
 
-static QUERIES: Mutex<Queries> = Mutex::new(Queries { list: Vec::new(), next: 1 });
+/// Written by install and detach only; read by threads picking up a change and by the
+/// collector, which never hold each other up.
+static QUERIES: RwLock<Queries> = RwLock::new(Queries { list: Vec::new(), next: 1 });
+/// Bumped after each change of [`QUERIES`] is complete (its write lock released).
 static EPOCH: AtomicU64 = AtomicU64::new(1);
-static REFRESH_SKIPPED: AtomicU64 = AtomicU64::new(0);
+static REFRESH_DEFERRED: AtomicU64 = AtomicU64::new(0);
 
-fn queries() -> MutexGuard<'static, Queries> {
-    QUERIES.lock().unwrap_or_else(|e| e.into_inner())
+fn queries() -> RwLockReadGuard<'static, Queries> {
+    QUERIES.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn queries_mut() -> RwLockWriteGuard<'static, Queries> {
+    QUERIES.write().unwrap_or_else(|e| e.into_inner())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1208,10 +1235,10 @@ thread_local! {
     };
 }
 
-/// Events skipped because a thread found the query list locked when it had to pick up an
-/// install or detach (it retries at its next event).
-pub fn refresh_skipped() -> u64 {
-    REFRESH_SKIPPED.load(Ordering::Relaxed)
+/// Events a thread ran with its previous query list because an install or detach was under
+/// way when it went to pick up the last one (it picks it up at its next event).
+pub fn refresh_deferred() -> u64 {
+    REFRESH_DEFERRED.load(Ordering::Relaxed)
 }
 
 /// Run the installed queries of `tp` on one event (called by the recording path when the
@@ -1222,8 +1249,8 @@ pub(crate) fn on_event<F: Fields>(tp: &'static Tracepoint, ev: &F) {
         let Ok(mut t) = t.try_borrow_mut() else { return };
         let epoch = EPOCH.load(Ordering::Acquire);
         if t.epoch != epoch && !refresh(&mut t, epoch) {
-            REFRESH_SKIPPED.fetch_add(1, Ordering::Relaxed);
-            return;
+            // a change is being made: this event sees the list from before it
+            REFRESH_DEFERRED.fetch_add(1, Ordering::Relaxed);
         }
         let Tls { attached, ctx, .. } = &mut *t;
         for a in attached.iter() {
@@ -1496,8 +1523,9 @@ fn init_cells(c: &Compiled, cells: &mut [i128]) {
 /// or a query's thread list was locked.
 #[cold]
 fn refresh(t: &mut Tls, epoch: u64) -> bool {
-    // the list is copied out so that tables are allocated with no lock held
-    let list: Vec<Arc<Installed>> = match QUERIES.try_lock() {
+    // the list is copied out so that tables are allocated with no lock held; only an install
+    // or detach holds the lock for writing (or waits for it)
+    let list: Vec<Arc<Installed>> = match QUERIES.try_read() {
         Ok(q) => q.list.clone(),
         Err(_) => return false,
     };
@@ -1514,10 +1542,8 @@ fn refresh(t: &mut Tls, epoch: u64) -> bool {
             Some(i) => t.attached[i].partial.clone(),
             None => {
                 let p = Arc::new(ThreadPartial::new(&inst.compiled));
-                // never wait: retry at the next event (a table that joined a list and is left
-                // unused is collected empty and forgotten like an exited thread's)
-                let Ok(mut threads) = inst.threads.try_lock() else { return false };
-                threads.push(p.clone());
+                // the receiver lives as long as `inst`: the send cannot fail
+                let _ = inst.join.send(p.clone());
                 p
             }
         };
@@ -1575,14 +1601,15 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
     let compiled = Compiler { tp: &plan.tracepoint, schema: &schema, bag_keys: RefCell::new(Vec::new()) }
         .compile(plan)?;
     choose_protocol();
-    let mut q = queries();
+    let mut q = queries_mut();
     let id = QueryId(q.next);
     q.next += 1;
     for tp in &tps {
         tp.set_query(true);
     }
-    q.list.push(Arc::new(Installed { id, tps: tps.clone(), compiled, threads: Mutex::new(Vec::new()) }));
+    q.list.push(Arc::new(Installed::new(id, tps.clone(), compiled)));
     set_prefilters(&q.list, &tps);
+    drop(q);
     EPOCH.fetch_add(1, Ordering::Release);
     Ok(id)
 }
@@ -1590,7 +1617,7 @@ pub fn install(plan: &Plan) -> Result<QueryId, PlanError> {
 /// Remove a query (its partial state is dropped); `false` if it was not installed. The
 /// tracepoints' query bit is cleared when no other query uses them.
 pub fn detach(id: QueryId) -> bool {
-    let mut q = queries();
+    let mut q = queries_mut();
     let Some(pos) = q.list.iter().position(|i| i.id == id) else { return false };
     let gone = q.list.remove(pos);
     for tp in &gone.tps {
@@ -1600,6 +1627,7 @@ pub fn detach(id: QueryId) -> bool {
         }
     }
     set_prefilters(&q.list, &gone.tps);
+    drop(q);
     EPOCH.fetch_add(1, Ordering::Release);
     true
 }
@@ -1630,7 +1658,12 @@ pub fn installed() -> Vec<(QueryId, String)> {
 /// forgotten. `None` if the query is not installed.
 pub fn collect(id: QueryId) -> Option<Partial> {
     let inst = queries().list.iter().find(|i| i.id == id)?.clone();
-    let threads: Vec<Arc<ThreadPartial>> = lock(&inst.threads).clone();
+    let threads: Vec<Arc<ThreadPartial>> = {
+        let mut t = lock(&inst.threads);
+        let Threads { joined, list } = &mut *t;
+        list.extend(joined.try_iter());
+        list.clone()
+    };
     // exited before the swap: only the list and `threads` hold it, no event can follow
     let exited: Vec<bool> = threads.iter().map(|p| Arc::strong_count(p) <= 2).collect();
     let mut out = Partial::default();
@@ -1646,7 +1679,7 @@ pub fn collect(id: QueryId) -> Option<Partial> {
     }
     let gone: Vec<*const ThreadPartial> =
         threads.iter().zip(&exited).filter(|(_, e)| **e).map(|(p, _)| Arc::as_ptr(p)).collect();
-    lock(&inst.threads).retain(|p| !gone.contains(&Arc::as_ptr(p)));
+    lock(&inst.threads).list.retain(|p| !gone.contains(&Arc::as_ptr(p)));
     Some(out)
 }
 
@@ -1818,5 +1851,34 @@ mod tests {
         let p = run(&c, &events, true);
         assert_eq!(p, run(&c, &events, false));
         assert_eq!((p.groups.len(), p.events, p.drops.table_full), (14, 14, 8), "2 text + 12 scalar groups");
+    }
+
+    crate::tracepoint!(static JOIN_TP = "query.join.test", Debug, fields = [n: u64]);
+
+    /// A thread's first event after an install joins the query while the collector holds what
+    /// a collection holds (the query list, the query's threads): nothing waits, nothing is lost.
+    #[test]
+    fn a_collection_under_way_keeps_no_thread_from_joining() {
+        JOIN_TP.id();
+        let count = AggSpec { kind: AggKind::Count, input: None };
+        let plan = Plan {
+            tracepoint: "query.join.test".into(),
+            filter: Filter::True,
+            keys: Vec::new(),
+            aggs: vec![count],
+            capacity: 16,
+            carry: Vec::new(),
+        };
+        let q = install(&plan).expect("install");
+        let inst = queries().list.iter().find(|i| i.id == q).cloned().expect("installed");
+        let deferred = refresh_deferred();
+        {
+            let _list = queries();
+            let _threads = lock(&inst.threads);
+            std::thread::spawn(|| crate::event!(JOIN_TP, n = 1u64)).join().expect("thread");
+        }
+        assert_eq!(refresh_deferred(), deferred);
+        assert_eq!(collect(q).expect("collect").events, 1);
+        assert!(detach(q));
     }
 }
