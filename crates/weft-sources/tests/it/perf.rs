@@ -175,9 +175,16 @@ fn detaching_takes_the_breakpoints_out_first_and_keeps_what_the_rings_hold() {
         .args(["--seconds", "4"])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
     let pid = child.id();
     let up = UprobeTarget::resolve(&format!("{}:handle_request", bin.display())).expect("resolve");
+    // the child has exec'd the program once it maps it (a loaded machine takes its time)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|m| m.lines().any(|l| l.ends_with(&*up.path.to_string_lossy())))
+    {
+        assert!(std::time::Instant::now() < deadline, "{} never mapped", bin.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let original = first_byte(pid, &up);
     assert_ne!(original, 0xcc);
     let cfg = CaptureConfig {
