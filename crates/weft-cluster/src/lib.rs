@@ -4,12 +4,18 @@
 //!
 //! [`register_store`] registers the tables `spans`, `span_events`, `span_links` and `events`
 //! in a (Ballista) DataFusion session, with the columns of [`weft_store::Store::sql`], built
-//! from the Parquet files that the store's manifest names — a data directory's, or a bucket's
-//! (`s3://bucket/prefix`, see [`StoreAt`]): one listing table per table over exactly those
-//! files. Segments that keep their resources apart (a `span_resources` file, span rows
-//! carrying a `resource_ref`) get the four `resource_*` columns back by a join on
-//! `resource_ref`, which a cluster runs like any other join. [`query`] connects to a Ballista
-//! scheduler, registers the tables and runs one read-only statement.
+//! from the Parquet files that the store's manifests name — a data directory's manifest, or
+//! in a bucket (`s3://bucket/prefix`, see [`StoreAt`]) the collectors' that a read-only store
+//! over that URL serves: the manifest at the URL, if any, and every manifest one level down
+//! (`<prefix>/<collector>/`), each naming files under its own prefix. One listing table per
+//! table over exactly those files. Segments that keep their resources apart (a
+//! `span_resources` file, span rows carrying a `resource_ref`) get the `resource_*` columns
+//! back by a join on `resource_ref` and, over several collectors, the collector (segment ids,
+//! and so `resource_ref`s, repeat across collectors), which a cluster runs like any other join.
+//! Unlike the read-only store, which serves the intact collectors, a manifest that cannot be
+//! read fails the registration naming its prefix: an answer never silently lacks a
+//! collector. [`query`] connects to a Ballista scheduler, registers the tables and runs one
+//! read-only statement.
 //!
 //! Where the files are read: from a data directory, every node must see it at the same path (a
 //! shared file system); from a bucket, each node reads the objects itself, with the S3 client
@@ -38,7 +44,7 @@ use weft_store::datafusion::execution::object_store::{DefaultObjectStoreRegistry
 use weft_store::datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use weft_store::datafusion::logical_expr::JoinType;
 use weft_store::datafusion::object_store::ObjectStore;
-use weft_store::datafusion::prelude::{SQLOptions, SessionContext, col};
+use weft_store::datafusion::prelude::{SQLOptions, SessionContext, col, lit};
 use weft_store::manifest::{self, Manifest};
 use weft_store::schema;
 use weft_store::{BucketConfig, SqlResult, StoreError};
@@ -46,9 +52,17 @@ use weft_store::{BucketConfig, SqlResult, StoreError};
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
-    /// The directory or the bucket's prefix holds no manifest.
+    /// The directory or the bucket's prefix holds no manifest (a prefix: nor one level down).
     #[error("{0} is not a weft data directory or bucket prefix with segments (no MANIFEST.json)")]
     NotAStore(String),
+    /// A prefix of the bucket could not be listed, or its manifest read.
+    #[error("{url}: its manifest cannot be read, so an answer would lack its segments: {source}")]
+    Collector {
+        /// The prefix (`s3://bucket/prefix`).
+        url: String,
+        /// Why.
+        source: StoreError,
+    },
     /// The manifest could not be read.
     #[error("reading the manifest: {0}")]
     Manifest(#[from] StoreError),
@@ -87,7 +101,9 @@ pub type Result<T> = std::result::Result<T, ClusterError>;
 /// What [`register_store`] registered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registered {
-    /// Segments named by the manifest.
+    /// Manifests read (a directory: 1; a bucket: its collectors').
+    pub manifests: usize,
+    /// Segments named by the manifests.
     pub segments: usize,
     /// Parquet files the tables read.
     pub files: usize,
@@ -98,12 +114,13 @@ pub struct Registered {
 const NO_FILE: &str = ".weft-cluster-table-without-files";
 
 /// Where a store's segments are: the data directory a collector writes (every node sees it
-/// at this path), or the bucket it uploads them to.
+/// at this path), or the bucket it uploads them to (with the collectors one level down).
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoreAt {
     /// A data directory.
     Dir(PathBuf),
-    /// `s3://bucket/prefix`, and the credentials file read over the `AWS_*` environment.
+    /// `s3://bucket/prefix`, and the credentials file read over the `AWS_*` environment: the
+    /// manifest at the prefix, if any, and every one a level down (`<prefix>/<name>/`).
     Bucket(BucketConfig),
 }
 
@@ -118,51 +135,98 @@ impl StoreAt {
     }
 }
 
-/// The manifest at `at` and the location of its segment files (a directory path or
-/// `s3://bucket/prefix/segments/`, ending in `/`). A bucket's client is registered in `ctx`'s
-/// runtime too (a local session reads through it; a Ballista client's session plans nothing).
-fn manifest_at(ctx: &SessionContext, at: &StoreAt) -> Result<(Manifest, String)> {
+/// One manifest (one collector's) and the location of its segment files (a directory path
+/// or `s3://bucket/prefix/segments/`, ending in `/`).
+struct Collector {
+    manifest: Manifest,
+    seg_dir: String,
+}
+
+impl Collector {
+    /// Paths of its `table` files of the segments that `pick` accepts.
+    fn files(&self, table: &str, pick: impl Fn(&weft_store::SegmentMeta) -> bool) -> Vec<String> {
+        self.manifest
+            .segments
+            .iter()
+            .filter(|s| pick(s))
+            .filter_map(|s| s.file(table))
+            .map(|f| format!("{}{}", self.seg_dir, f.file))
+            .collect()
+    }
+}
+
+/// The manifests at `at`: a directory's, or in a bucket the one at the URL (if any) and every
+/// one a level down ([`weft_store::collector_prefixes`]); at least one. A bucket's client is
+/// registered in `ctx`'s runtime too (a local session reads through it; a Ballista client's
+/// session plans nothing).
+fn collectors_at(ctx: &SessionContext, at: &StoreAt) -> Result<Vec<Collector>> {
     match at {
         StoreAt::Dir(dir) => {
-            let m = manifest::load(dir)?.ok_or_else(|| ClusterError::NotAStore(dir.display().to_string()))?;
+            let manifest =
+                manifest::load(dir)?.ok_or_else(|| ClusterError::NotAStore(dir.display().to_string()))?;
             let seg_dir = std::path::absolute(dir.join("segments"))
                 .map_err(|e| ClusterError::Path { path: dir.join("segments"), reason: e.to_string() })?;
-            Ok((m, format!("{}/", seg_dir.display())))
+            Ok(vec![Collector { manifest, seg_dir: format!("{}/", seg_dir.display()) }])
         }
         StoreAt::Bucket(b) => {
-            let (m, segments) = weft_store::read_manifest(b)?;
-            let m = m.ok_or_else(|| ClusterError::NotAStore(b.url.clone()))?;
-            let url = Url::parse(&segments)
-                .map_err(|e| ClusterError::Path { path: PathBuf::from(&segments), reason: e.to_string() })?;
+            let failed = |url: &str| {
+                let url = url.to_owned();
+                move |source| ClusterError::Collector { url, source }
+            };
+            let mut found = Vec::new();
+            for prefix in weft_store::collector_prefixes(b).map_err(failed(&b.url))? {
+                let (m, seg_dir) = weft_store::read_manifest(&prefix).map_err(failed(&prefix.url))?;
+                if let Some(manifest) = m {
+                    found.push(Collector { manifest, seg_dir });
+                }
+            }
+            let first = found.first().ok_or_else(|| ClusterError::NotAStore(b.url.clone()))?;
+            let url = Url::parse(&first.seg_dir).map_err(|e| ClusterError::Path {
+                path: PathBuf::from(&first.seg_dir),
+                reason: e.to_string(),
+            })?;
             let bucket = url.host_str().unwrap_or_default();
             let store = weft_store::s3_store(bucket, b.credentials_file.as_deref())?;
             ctx.runtime_env().register_object_store(&url, store);
-            Ok((m, segments))
+            Ok(found)
         }
     }
 }
 
 /// Registers `spans`, `span_events`, `span_links` and `events` in `ctx` over the segments that
-/// the manifest of the store at `at` names.
+/// the manifests of the store at `at` name.
 pub fn register_store(ctx: &SessionContext, at: &StoreAt) -> Result<Registered> {
-    let (m, seg_dir) = manifest_at(ctx, at)?;
+    let collectors = collectors_at(ctx, at)?;
+    // Where a table without files lists nothing.
+    let seg_dir = collectors.first().map(|c| c.seg_dir.clone()).unwrap_or_default();
+    let all = |table: &str, pick: &dyn Fn(&weft_store::SegmentMeta) -> bool| -> Vec<String> {
+        collectors.iter().flat_map(|c| c.files(table, pick)).collect()
+    };
     let mut files = 0;
     for (t, name) in schema::TABLE_NAMES.iter().enumerate().skip(1) {
-        let paths = table_files(&m, &seg_dir, name, |_| true);
+        let paths = all(name, &|_| true);
         files += paths.len();
         let table = listing(&seg_dir, paths, schema::schema_of(t), name)?;
         ctx.register_table(*name, table).map_err(|source| ClusterError::Register { table: name, source })?;
     }
     let apart = |s: &weft_store::SegmentMeta| s.file(schema::SPAN_RESOURCES).is_some();
-    let whole = table_files(&m, &seg_dir, schema::SPANS, |s| !apart(s));
-    let split = table_files(&m, &seg_dir, schema::SPANS, apart);
-    let resources = table_files(&m, &seg_dir, schema::SPAN_RESOURCES, apart);
-    files += whole.len() + split.len() + resources.len();
-    let spans = spans_view(ctx, &seg_dir, whole, split, resources)
+    let whole = all(schema::SPANS, &|s| !apart(s));
+    files += whole.len();
+    // Per collector: its split spans files and its resources files.
+    let mut split = Vec::new();
+    for c in &collectors {
+        let (spans, resources) = (c.files(schema::SPANS, apart), c.files(schema::SPAN_RESOURCES, apart));
+        files += spans.len() + resources.len();
+        if !spans.is_empty() {
+            split.push((spans, resources));
+        }
+    }
+    let spans = spans_view(ctx, &seg_dir, whole, split)
         .map_err(|source| ClusterError::Register { table: schema::SPANS, source })?;
     ctx.register_table(schema::SPANS, spans)
         .map_err(|source| ClusterError::Register { table: schema::SPANS, source })?;
-    Ok(Registered { segments: m.segments.len(), files })
+    let segments = collectors.iter().map(|c| c.manifest.segments.len()).sum();
+    Ok(Registered { manifests: collectors.len(), segments, files })
 }
 
 /// DataFusion's object-store registry that adds the client of an `s3://` bucket when a plan
@@ -220,21 +284,6 @@ impl ObjectStoreRegistry for BucketRegistry {
     }
 }
 
-/// Paths of the `table` files of the segments that `pick` accepts.
-fn table_files(
-    m: &Manifest,
-    seg_dir: &str,
-    table: &str,
-    pick: impl Fn(&weft_store::SegmentMeta) -> bool,
-) -> Vec<String> {
-    m.segments
-        .iter()
-        .filter(|s| pick(s))
-        .filter_map(|s| s.file(table))
-        .map(|f| format!("{seg_dir}{}", f.file))
-        .collect()
-}
-
 /// A listing table of `schema` over exactly `paths` (no files: an empty table).
 fn listing(
     seg_dir: &str,
@@ -259,14 +308,16 @@ fn listing(
 }
 
 /// `spans`: the spans files that keep their resource columns, and those that keep a
-/// `resource_ref` joined with their segments' resources files (a `resource_ref` names one
-/// resource of one segment), in the columns of [`schema::spans_schema`].
+/// `resource_ref` joined with their collector's resources files, in the columns of
+/// [`schema::spans_schema`]. A `resource_ref` names one resource of one segment, and segment
+/// ids are per collector: over several collectors both sides carry the collector's index
+/// (its place in `split`), and the join matches it too, so that a span never gets the
+/// resources of another collector's segment of the same id.
 fn spans_view(
     ctx: &SessionContext,
     seg_dir: &str,
     whole: Vec<String>,
-    split: Vec<String>,
-    resources: Vec<String>,
+    split: Vec<(Vec<String>, Vec<String>)>,
 ) -> std::result::Result<Arc<dyn TableProvider>, DataFusionError> {
     let register = |r: Result<Arc<dyn TableProvider>>| r.map_err(|e| DataFusionError::External(Box::new(e)));
     let logical = schema::spans_schema();
@@ -275,20 +326,47 @@ fn spans_view(
         let t = register(listing(seg_dir, whole, logical.clone(), schema::SPANS))?;
         ctx.read_table(t)?.select_columns(&names)
     };
-    if split.is_empty() {
-        return Ok(whole_df(ctx, whole)?.into_view());
+    // The resources side's `resource_ref` (and collector) renamed, so that every column of
+    // the join has a name of its own.
+    let (renamed, collector, res_collector) =
+        ("weft_resources_ref", "weft_collector", "weft_resources_collector");
+    let keyed = split.len() > 1;
+    let (mut files, mut res) = (None, None);
+    for (i, (spans, resources)) in split.into_iter().enumerate() {
+        let f =
+            ctx.read_table(register(listing(seg_dir, spans, schema::spans_file_schema(), schema::SPANS))?)?;
+        let r =
+            register(listing(seg_dir, resources, schema::span_resources_schema(), schema::SPAN_RESOURCES))?;
+        let mut res_cols = vec![col(schema::RESOURCE_REF).alias(renamed)];
+        res_cols.extend(schema::RESOURCE_COLUMNS.iter().map(|c| col(*c)));
+        let r = ctx.read_table(r)?.select(res_cols)?;
+        let (f, r) = if keyed {
+            let index = u32::try_from(i).unwrap_or(u32::MAX);
+            (f.with_column(collector, lit(index))?, r.with_column(res_collector, lit(index))?)
+        } else {
+            (f, r)
+        };
+        files = Some(match files {
+            Some(all) => f.union(all)?,
+            None => f,
+        });
+        res = Some(match res {
+            Some(all) => r.union(all)?,
+            None => r,
+        });
     }
-    let files = register(listing(seg_dir, split, schema::spans_file_schema(), schema::SPANS))?;
-    let res = register(listing(seg_dir, resources, schema::span_resources_schema(), schema::SPAN_RESOURCES))?;
-    // The resources side's `resource_ref` renamed, so that every column of the join has a
-    // name of its own.
-    let renamed = "weft_resources_ref";
-    let mut res_cols = vec![col(schema::RESOURCE_REF).alias(renamed)];
-    res_cols.extend(schema::RESOURCE_COLUMNS.iter().map(|c| col(*c)));
-    let files = ctx.read_table(files)?.alias("f")?;
-    let res = ctx.read_table(res)?.select(res_cols)?.alias("r")?;
+    // No segment keeps its resources apart.
+    let (Some(files), Some(res)) = (files, res) else {
+        return Ok(whole_df(ctx, whole)?.into_view());
+    };
+    let (left, right) = if keyed {
+        (vec![schema::RESOURCE_REF, collector], vec![renamed, res_collector])
+    } else {
+        (vec![schema::RESOURCE_REF], vec![renamed])
+    };
     let joined = files
-        .join(res, JoinType::Inner, &[schema::RESOURCE_REF], &[renamed], None)?
+        .alias("f")?
+        .join(res.alias("r")?, JoinType::Inner, &left, &right, None)?
         .select_columns(&names)?;
     if whole.is_empty() {
         return Ok(joined.into_view());
@@ -309,7 +387,12 @@ pub async fn query(cluster: &str, at: &StoreAt, sql: &str, max_rows: usize) -> R
             .await
             .map_err(|e| ClusterError::Query(DataFusionError::External(Box::new(e))))??
     };
-    tracing::debug!(segments = reg.segments, files = reg.files, "tables registered");
+    tracing::debug!(
+        manifests = reg.manifests,
+        segments = reg.segments,
+        files = reg.files,
+        "tables registered"
+    );
     let opts = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     let df = ctx.sql_with_options(sql, opts).await.map_err(ClusterError::Query)?;
     let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());

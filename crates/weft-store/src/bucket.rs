@@ -45,6 +45,19 @@ pub struct BucketConfig {
     pub credentials_file: Option<PathBuf>,
 }
 
+impl BucketConfig {
+    /// The prefix `name` one level below this URL (`<url>/<name>`; `""`: this URL), with the
+    /// same credentials.
+    pub(crate) fn child(&self, name: &str) -> BucketConfig {
+        let url = if name.is_empty() {
+            self.url.clone()
+        } else {
+            format!("{}/{name}", self.url.trim_end_matches('/'))
+        };
+        BucketConfig { url, credentials_file: self.credentials_file.clone() }
+    }
+}
+
 /// An open bucket: the client and the runtime its requests run on.
 pub(crate) struct Bucket {
     store: Arc<dyn ObjectStore>,
@@ -133,6 +146,15 @@ pub fn read_manifest(cfg: &BucketConfig) -> Result<(Option<Manifest>, String)> {
     let b = Bucket::open(cfg)?;
     let segments = b.shown(&b.key("segments/"));
     Ok((b.load_manifest()?, segments))
+}
+
+/// The prefixes whose manifests a read-only store over `cfg` serves as one: the URL itself,
+/// then every name one level below it (`<url>/<name>`), each whether or not it holds a
+/// manifest ([`read_manifest`] tells). One listing; a missing bucket or refused credentials
+/// fail, naming the URL.
+pub fn collector_prefixes(cfg: &BucketConfig) -> Result<Vec<BucketConfig>> {
+    let names = Bucket::open(cfg)?.children()?;
+    Ok(std::iter::once("").chain(names.iter().map(String::as_str)).map(|n| cfg.child(n)).collect())
 }
 
 impl Bucket {

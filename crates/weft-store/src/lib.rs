@@ -43,8 +43,9 @@
 //!   bucket's manifest and fetches missing segment files; SQL and search read the files from
 //!   the bucket (DataFusion's object-store registry), trace by id the local copy. A segment
 //!   whose object the bucket lacks at open is left out of reads, named in a warning and in
-//!   [`Store::missing_objects`], and kept in the manifest. `s3_store` and `read_manifest`
-//!   give other readers (a cluster's nodes) the same client and the manifest.
+//!   [`Store::missing_objects`], and kept in the manifest. `s3_store`, `read_manifest` and
+//!   `collector_prefixes` give other readers (a cluster's nodes) the same client, the manifest
+//!   and the collectors' prefixes that a read-only store reads.
 //! * **Several collectors, one bucket**: opened [`StoreConfig::read_only`] with a bucket, a
 //!   store reads the union of the manifest at the bucket's URL and of every manifest one level
 //!   down (each collector writing its own prefix), re-read every
@@ -116,7 +117,7 @@ pub use datafusion::arrow::array::RecordBatch;
 
 pub use arrow_rows::{SpanBatches, batches_to_spans, events_to_batch, spans_to_batches};
 #[cfg(feature = "s3")]
-pub use bucket::{BucketConfig, read_manifest, s3_store};
+pub use bucket::{BucketConfig, collector_prefixes, read_manifest, s3_store};
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use manifest::{FileMeta, Manifest, SegmentMeta};

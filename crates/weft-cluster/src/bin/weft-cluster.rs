@@ -74,7 +74,8 @@ enum Command {
         #[arg(long)]
         cluster: String,
         /// Where the store's segments are: its data directory (every node sees it at this
-        /// path), or the bucket it uploads them to, `s3://bucket/prefix` (every node reads it).
+        /// path), or the bucket it uploads them to, `s3://bucket/prefix` (every node reads it):
+        /// the manifest there and every collector's one level down (`<prefix>/<name>/`).
         #[arg(long, value_name = "DIR|URL")]
         data: String,
         /// `NAME=value` lines (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …) read over the AWS_*

@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
 use weft_cluster::StoreAt;
 use weft_store::{Store, StoreConfig, render};
 use weft_synth::shop::Shop;
+use weft_testkit::seaweed::{KEY, SECRET, Seaweed};
 
 const BIN: &str = env!("CARGO_BIN_EXE_weft-cluster");
 
@@ -206,31 +208,36 @@ fn cluster_answers_as_the_single_node_store() {
     eprintln!("join query over 20k spans: single node {t_single:?}, cluster {t_cluster:?}");
 }
 
-#[test]
-fn cluster_reads_the_segments_from_the_bucket() {
-    use weft_testkit::seaweed::{KEY, SECRET, Seaweed};
-    let s3 = Seaweed::start();
-    let url = "s3://weft/cluster";
-    // The writer: its own data directory, shared with no other process.
-    let writer_dir = tempfile::tempdir().unwrap();
-    let mut cfg = StoreConfig::new(writer_dir.path());
+/// A collector writing to `url` (its own data directory, shared with no other process):
+/// `segments` segments of `spans` shop spans each (`seed`).
+fn bucket_writer(s3: &Seaweed, url: &str, seed: u64, segments: usize, spans: usize) -> (TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = StoreConfig::new(dir.path());
     cfg.compaction_small_bytes = 0;
     cfg.bucket = Some(weft_store::BucketConfig {
         url: url.into(),
         credentials_file: Some(s3.credentials(KEY, SECRET)),
     });
-    // The bucket's first volumes may still be growing: the first flush is retried.
     let writer = Store::open(cfg).unwrap();
-    let mut shop = Shop::new(11, 1_700_000_000_000_000_000, 5_000_000);
-    for _ in 0..4 {
-        writer.append(&shop.spans(3_000)).unwrap();
+    let mut shop = Shop::new(seed, 1_700_000_000_000_000_000, 5_000_000);
+    for _ in 0..segments {
+        writer.append(&shop.spans(spans)).unwrap();
+        // The bucket's first volumes may still be growing: the first flush is retried.
         let deadline = Instant::now() + Duration::from_secs(60);
         while let Err(e) = writer.flush() {
             assert!(Instant::now() < deadline, "SeaweedFS takes no writes: {e}\n{}", s3.log());
             std::thread::sleep(Duration::from_millis(500));
         }
     }
-    assert_eq!(writer.segments().len(), 4);
+    assert_eq!(writer.segments().len(), segments);
+    (dir, writer)
+}
+
+#[test]
+fn cluster_reads_the_segments_from_the_bucket() {
+    let s3 = Seaweed::start();
+    let url = "s3://weft/cluster";
+    let (_writer_dir, writer) = bucket_writer(&s3, url, 11, 4, 3_000);
 
     // The cluster: other directories; the bucket's endpoint and credentials from the
     // environment (the client's from a credentials file).
@@ -261,6 +268,69 @@ fn cluster_reads_the_segments_from_the_bucket() {
     let empty = StoreAt::parse("s3://weft/nothing-here", Some(s3.credentials(KEY, SECRET)));
     let e = rt.block_on(weft_cluster::query(&cluster, &empty, QUERIES[0], 10)).unwrap_err().to_string();
     assert!(e.contains("s3://weft/nothing-here") && e.contains("MANIFEST.json"), "{e}");
+}
+
+#[test]
+fn cluster_reads_every_collector_under_a_bucket_url() {
+    let s3 = Seaweed::start();
+    // Three collectors under one root: one at the root itself, two a level down. Each has
+    // segments 1 and 2 (segment ids, and so `resource_ref`s, repeat across collectors), and
+    // its own services and hosts (seeds).
+    let root = "s3://weft/root";
+    let writers: Vec<(TempDir, Store)> =
+        [(root.to_owned(), 21), (format!("{root}/c1"), 22), (format!("{root}/c2"), 23)]
+            .iter()
+            .map(|(url, seed)| bucket_writer(&s3, url, *seed, 2, 1_500))
+            .collect();
+
+    // Single node: a read-only store over the root serves the union.
+    let reader_dir = tempfile::tempdir().unwrap();
+    let mut cfg = StoreConfig::new(reader_dir.path());
+    cfg.read_only = true;
+    cfg.bucket = Some(weft_store::BucketConfig {
+        url: root.into(),
+        credentials_file: Some(s3.credentials(KEY, SECRET)),
+    });
+    let union = Store::open(cfg).unwrap();
+    assert_eq!(union.segments().len(), 6);
+
+    let nodes = tempfile::tempdir().unwrap();
+    let (_procs, cluster, _work_dirs) = start_cluster(nodes.path(), &s3.env(KEY, SECRET));
+    let at = StoreAt::parse(root, Some(s3.credentials(KEY, SECRET)));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // A resource column grouped by: a span joined with another collector's resources shows
+    // as rows too many, or under another host.
+    let by_resource = "SELECT service_name, resource_attributes['host.name'] AS host, \
+                       resource_dropped_attributes_count AS dropped, count(*) AS n FROM spans GROUP BY 1, 2, 3";
+    // The tables in a local session first: the same rows.
+    let ctx = weft_store::datafusion::prelude::SessionContext::new();
+    let reg = weft_cluster::register_store(&ctx, &at).unwrap();
+    assert_eq!((reg.manifests, reg.segments), (3, 6));
+    let want = rt.block_on(union.sql(by_resource, 1_000_000)).unwrap();
+    let batches = rt.block_on(async { ctx.sql(by_resource).await?.collect().await }).unwrap();
+    let got = weft_store::SqlResult { schema: want.schema.clone(), batches, truncated: false };
+    assert_eq!(sorted_csv(&want), sorted_csv(&got));
+    for sql in QUERIES.iter().chain(&[by_resource]) {
+        let local = rt.block_on(union.sql(sql, 1_000_000)).unwrap();
+        compare(sql, &local, rt.block_on(weft_cluster::query(&cluster, &at, sql, 1_000_000)), nodes.path());
+    }
+    // The union is the collectors' spans, each once.
+    let count = "SELECT count(*) AS n FROM spans";
+    let n = |r: weft_store::SqlResult| sorted_csv(&r)[1].parse::<u64>().unwrap();
+    let per_writer: Vec<u64> =
+        writers.iter().map(|(_, w)| n(rt.block_on(w.sql(count, 10)).unwrap())).collect();
+    assert!(per_writer.iter().all(|c| *c >= 3_000), "{per_writer:?}");
+    let all = n(rt.block_on(weft_cluster::query(&cluster, &at, count, 10)).unwrap());
+    assert_eq!(all, per_writer.iter().sum::<u64>());
+
+    // A collector whose manifest cannot be read fails the query, named (the read-only store
+    // would serve the others).
+    use weft_store::datafusion::object_store::ObjectStoreExt;
+    let store = weft_store::s3_store("weft", Some(&s3.credentials(KEY, SECRET))).unwrap();
+    let path = weft_store::datafusion::object_store::path::Path::from("root/broken/MANIFEST.json");
+    rt.block_on(store.put(&path, b"{not json".to_vec().into())).unwrap();
+    let e = rt.block_on(weft_cluster::query(&cluster, &at, count, 10)).unwrap_err().to_string();
+    assert!(e.contains("s3://weft/root/broken") && e.contains("MANIFEST.json"), "{e}");
 }
 
 #[test]

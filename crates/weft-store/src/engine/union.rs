@@ -41,12 +41,7 @@ struct Collector {
 
 impl Collector {
     fn open(cfg: &BucketConfig, name: &str, cache_root: &Path, runtime: &RuntimeEnv) -> Result<Collector> {
-        let url = if name.is_empty() {
-            cfg.url.clone()
-        } else {
-            format!("{}/{name}", cfg.url.trim_end_matches('/'))
-        };
-        let bucket = Bucket::open(&BucketConfig { url, credentials_file: cfg.credentials_file.clone() })?;
+        let bucket = Bucket::open(&cfg.child(name))?;
         let files_at = bucket.register(runtime)?;
         // Prefix names never hold a `/`; the `p-` keeps `.` and `..` plain names.
         let cache = cache_root.join(if name.is_empty() { "root".to_owned() } else { format!("p-{name}") });

@@ -49,7 +49,8 @@ pub struct Args {
     /// With --cluster: where the store's segments are, a data directory (every node sees it at
     /// that path) or the bucket a collector uploads them to, `s3://bucket/prefix` (every node
     /// reads it; endpoint and credentials from the AWS_* environment, over it
-    /// --segments-credentials).
+    /// --segments-credentials): the manifest there and every collector's one level down
+    /// (`s3://bucket/root` for all of `root/<name>/`), as `serve --read-only` reads them.
     #[arg(long, value_name = "DIR|URL", requires = "cluster", conflicts_with = "data_dir")]
     pub segments: Option<String>,
     /// `NAME=value` lines (AWS_ENDPOINT, AWS_ACCESS_KEY_ID, …) for an `s3://` --segments.
