@@ -1,6 +1,6 @@
 //! Indexed search against the scan it replaces: same answers over random queries, on a store
-//! with segments written before the index existed, indexed segments, compacted segments and
-//! buffered spans; and segments the index rules out are not read.
+//! with segments written before the index existed, indexed segments of several row groups,
+//! compacted segments and buffered spans; and segments the index rules out are not read.
 
 use std::sync::atomic::Ordering;
 
@@ -56,6 +56,14 @@ fn random_query(rng: &mut Rng, all: &[Span]) -> TraceQuery {
     q
 }
 
+/// Row groups of a segment's spans file.
+fn spans_row_groups(dir: &std::path::Path, seg: &weft_store::SegmentMeta) -> usize {
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+    let name = &seg.file("spans").unwrap().file;
+    let file = std::fs::File::open(dir.join("segments").join(name)).unwrap();
+    SerializedFileReader::new(file).unwrap().metadata().num_row_groups()
+}
+
 fn compare(store: &Store, all: &[Span], seed: u64, queries: usize) {
     let mut rng = Rng::new(seed);
     let mut matched = 0;
@@ -88,7 +96,11 @@ fn indexed_search_answers_as_the_scan_does() {
         store.close().unwrap();
     }
 
-    let store = Store::open(config(dir.path())).unwrap();
+    // Indexed segments of several row groups each (a query splits a file's scan between
+    // them), the others of one, as segments were written before.
+    let mut cfg = config(dir.path());
+    cfg.write.row_group_rows = CHUNK / 3;
+    let store = Store::open(cfg).unwrap();
     for _ in 0..NEW_SEGMENTS {
         let s = shop.spans(CHUNK);
         store.append(&s).unwrap();
@@ -100,6 +112,9 @@ fn indexed_search_answers_as_the_scan_does() {
     all.extend(s);
     let st = store.stats();
     assert_eq!(st.segments, OLD_SEGMENTS + NEW_SEGMENTS);
+    let row_groups: Vec<usize> = store.segments().iter().map(|s| spans_row_groups(dir.path(), s)).collect();
+    assert_eq!(row_groups[..OLD_SEGMENTS], [1; OLD_SEGMENTS]);
+    assert!(row_groups[OLD_SEGMENTS..].iter().all(|&n| n > 1), "{row_groups:?}");
     assert!(st.search_index_bytes > 0 && st.search_index_bytes * 10 < st.segment_bytes, "{st:?}");
     compare(&store, &all, 1, 80);
 
