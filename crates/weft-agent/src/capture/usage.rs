@@ -201,11 +201,13 @@ mod tests {
             .env("WEFT_PROBE_DIR", "/elsewhere")
             .spawn()
             .unwrap();
-        // A child is the test's fork until it execs sleep (its environment is ours until then).
+        // `spawn` can return while the child is still inside execve: its name is already
+        // "sleep" but the kernel has not yet published the new environment, and
+        // /proc/PID/environ reads empty until it has. Wait for the environment itself.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         for c in [&named, &plain, &other] {
-            let comm = format!("/proc/{}/comm", c.id());
-            while std::fs::read_to_string(&comm).map_or(true, |s| s.trim() != "sleep")
+            let environ = format!("/proc/{}/environ", c.id());
+            while std::fs::read(&environ).map_or(true, |e| !e.windows(14).any(|w| w == b"WEFT_PROBE_DIR"))
                 && std::time::Instant::now() < deadline
             {
                 std::thread::sleep(std::time::Duration::from_millis(5));
