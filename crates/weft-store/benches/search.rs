@@ -10,7 +10,8 @@
 //! and CPU time (all threads: DataFusion runs a query on several), the cost of fetching the
 //! found traces, and the index's size.
 //!
-//! `cargo bench -p weft-store --bench search`; `WEFT_BENCH_DIR` keeps the data there.
+//! `cargo bench -p weft-store --bench search`; `WEFT_BENCH_DIR` keeps the data there;
+//! `WEFT_BENCH_SHOW_SLOW_MS` prints the indexed searches slower than that.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,16 @@ mod common;
 use common::{append, env, process_cpu};
 
 const DAY_NS: u64 = 86_400_000_000_000;
+
+/// One kind of search: how many, wall times by each plan, and the indexed plan's segments
+/// read and row groups skipped (summed).
+#[derive(Default)]
+struct Kind {
+    n: usize,
+    indexed: Vec<f64>,
+    scan: Vec<f64>,
+    read: [u64; 2],
+}
 
 /// Values the searches look for, sampled from the generated spans.
 #[derive(Default)]
@@ -147,20 +158,45 @@ fn main() {
     let mut rng = Rng::new(42);
     let (mut wall, mut cpu) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
     let (mut fetch, mut total) = (Vec::new(), Vec::new());
-    let mut kinds: std::collections::BTreeMap<&str, (usize, Vec<f64>, Vec<f64>)> = Default::default();
+    let mut kinds: std::collections::BTreeMap<&str, Kind> = Default::default();
+    let m = store.metrics();
+    let counters = || {
+        use std::sync::atomic::Ordering::Relaxed;
+        [m.search_segments_read.load(Relaxed), m.search_row_groups_skipped.load(Relaxed)]
+    };
     let mut found = 0usize;
+    // Searches slower than this by the indexed plan are printed (to stderr), with their criteria.
+    let show_slow_ms: f64 = env("WEFT_BENCH_SHOW_SLOW_MS", f64::INFINITY);
     for i in 0..queries {
         let (kind, q) = query(&mut rng, &ops, &samples, start_ns);
         let mut ids = [Vec::new(), Vec::new()];
+        let mut ix_read = [0u64; 2];
         let plans = if i % 2 == 0 { [0, 1] } else { [1, 0] };
         for p in plans {
             let plan = [SearchPlan::Indexed, SearchPlan::Scan][p];
-            let (c0, t0) = (process_cpu(), Instant::now());
+            let (c0, t0, n0) = (process_cpu(), Instant::now(), counters());
             ids[p] = rt.block_on(store.search_trace_ids_with(&q, plan)).unwrap();
             wall[p].push(t0.elapsed().as_secs_f64());
             cpu[p].push(process_cpu() - c0);
+            let k = kinds.entry(kind).or_default();
+            let n1 = counters();
+            for (sum, (now, then)) in k.read.iter_mut().zip(n1.into_iter().zip(n0)) {
+                *sum += now - then;
+            }
+            if p == 0 {
+                ix_read = [n1[0] - n0[0], n1[1] - n0[1]];
+            }
         }
         assert_eq!(ids[0], ids[1], "{q:?}");
+        if wall[0][i] * 1e3 > show_slow_ms {
+            eprintln!(
+                "slow indexed search ({:.1} ms, {} traces, {} segments read, {} row groups skipped): {q:?}",
+                wall[0][i] * 1e3,
+                ids[0].len(),
+                ix_read[0],
+                ix_read[1]
+            );
+        }
         found += ids[0].len();
         let t0 = Instant::now();
         for id in &ids[0] {
@@ -169,9 +205,9 @@ fn main() {
         fetch.push(t0.elapsed().as_secs_f64());
         total.push(wall[0][i] + fetch[i]);
         let k = kinds.entry(kind).or_default();
-        k.0 += 1;
-        k.1.push(wall[0][i]);
-        k.2.push(wall[1][i]);
+        k.n += 1;
+        k.indexed.push(wall[0][i]);
+        k.scan.push(wall[1][i]);
     }
 
     println!(
@@ -196,7 +232,6 @@ fn main() {
         st.search_index_bytes as f64 * 100.0 / st.segment_bytes.max(1) as f64,
         st.segment_bytes
     );
-    let m = store.metrics();
     let (r, s) = (
         m.search_segments_read.load(std::sync::atomic::Ordering::Relaxed),
         m.search_segments_skipped.load(std::sync::atomic::Ordering::Relaxed),
@@ -207,15 +242,20 @@ fn main() {
         (r + s) / queries as u64
     );
     println!();
-    println!("| search (wall, trace ids) | n | indexed p50 / max | scan p50 / max |");
-    println!("|---|---|---|---|");
-    for (kind, (count, mut ix, mut sc)) in kinds {
+    println!(
+        "| search (wall, trace ids) | n | indexed p50 / max | segments read, row groups of them skipped (per search) | scan p50 / max |"
+    );
+    println!("|---|---|---|---|---|");
+    for (kind, mut k) in kinds {
         println!(
-            "| {kind} | {count} | {:.1} / {:.1} ms | {:.1} / {:.1} ms |",
-            pct(&mut ix, 0.5),
-            pct(&mut ix, 1.0),
-            pct(&mut sc, 0.5),
-            pct(&mut sc, 1.0)
+            "| {kind} | {} | {:.1} / {:.1} ms | {:.1}, {:.1} | {:.1} / {:.1} ms |",
+            k.n,
+            pct(&mut k.indexed, 0.5),
+            pct(&mut k.indexed, 1.0),
+            k.read[0] as f64 / k.n.max(1) as f64,
+            k.read[1] as f64 / k.n.max(1) as f64,
+            pct(&mut k.scan, 0.5),
+            pct(&mut k.scan, 1.0)
         );
     }
 }

@@ -57,8 +57,8 @@
 //! * **Reads**: [`Store::trace`] (bloom filters and page statistics find the rows;
 //!   [`Store::trace_bounded`] stops reading past a span limit and says so),
 //!   [`Store::search`] (a per-segment search index in each spans file's footer, written by
-//!   flush and compaction, skips segments that cannot match; newest segments first, it stops
-//!   at N traces; [`SearchPlan::Scan`] is the full scan it must agree with),
+//!   flush and compaction, skips segments and row groups that cannot match; newest segments
+//!   first, it stops at N traces; [`SearchPlan::Scan`] is the full scan it must agree with),
 //!   [`Store::services`] / [`Store::operations`], and SQL
 //!   ([`Store::sql`]) over the tables `spans`, `span_events`, `span_links`, `events`, and
 //!   the result tables (`live_NAME`).

@@ -24,6 +24,7 @@ const SMALL_RUN: usize = 64;
 
 /// Per-table index in `[spans, span_events, span_links, events]`.
 pub(crate) const T_SPANS: usize = 0;
+pub(crate) const T_SPAN_EVENTS: usize = 1;
 pub(crate) const T_EVENTS: usize = 3;
 
 /// Ids of buffers, for the high bits of their span rows' `resource_ref`s: unique among the

@@ -55,6 +55,9 @@ pub struct Metrics {
     /// Segments indexed searches skipped (ruled out by the indexes, or older than the N
     /// traces found).
     pub search_segments_skipped: AtomicU64,
+    /// Row groups of the segments indexed searches read that they skipped (ruled out by the
+    /// segment's search index).
+    pub search_row_groups_skipped: AtomicU64,
 }
 
 /// A point-in-time view of the store's size.

@@ -19,6 +19,7 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::physical_plan::parquet::ParquetAccessPlan;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -125,7 +126,7 @@ impl TableProvider for SnapshotTable {
         // apart are scanned without the resource columns, which `ExpandExec` puts back; those
         // written before scopes were stored once (scope columns on the span rows) apart from
         // the newer ones, each with its own file schema.
-        let mut files: Vec<(String, u64)> = Vec::new();
+        let mut files: Vec<PartitionedFile> = Vec::new();
         let mut split: Vec<Split> = Vec::new();
         for seg in &self.snapshot.segments {
             let res = if self.table == crate::memtable::T_SPANS { seg.resources() } else { None };
@@ -150,7 +151,7 @@ impl TableProvider for SnapshotTable {
             });
             let files_at = seg.origin.as_ref().map_or(&self.snapshot.files_at, |o| &o.files_at);
             for f in seg.meta.files.iter().filter(|f| f.table == table_name) {
-                let f = (files_at.path(&f.file), f.bytes);
+                let f = PartitionedFile::new(files_at.path(&f.file), f.bytes);
                 match group {
                     Some(g) => split[g].files.push(f),
                     None => files.push(f),
@@ -225,6 +226,9 @@ impl TableProvider for SnapshotTable {
 #[derive(Debug)]
 pub(crate) struct FileLayoutSpans {
     pub snapshot: Arc<Snapshot>,
+    /// Per segment of the snapshot (in order; missing at the end: all), the row groups of its
+    /// spans file to read (`None`: all).
+    pub row_groups: Vec<Option<Vec<bool>>>,
 }
 
 #[async_trait::async_trait]
@@ -252,11 +256,24 @@ impl TableProvider for FileLayoutSpans {
         let schema = schema::spans_file_schema();
         let files_at = &self.snapshot.files_at;
         // Spans files written before scopes were stored once have the scope columns too,
-        // which no projection of this schema names.
-        let files = (self.snapshot.segments.iter())
-            .filter_map(|s| s.meta.file(schema::SPANS))
-            .map(|f| (files_at.path(&f.file), f.bytes))
-            .collect();
+        // which no projection of this schema names. Row groups the search index rules out are
+        // skipped; a file with none left is not read.
+        let mut files = Vec::new();
+        for (s, groups) in
+            self.snapshot.segments.iter().zip(self.row_groups.iter().chain(std::iter::repeat(&None)))
+        {
+            let Some(f) = s.meta.file(schema::SPANS) else { continue };
+            let mut file = PartitionedFile::new(files_at.path(&f.file), f.bytes);
+            if let Some(keep) = groups {
+                if !keep.contains(&true) {
+                    continue;
+                }
+                let mut plan = ParquetAccessPlan::new_all(keep.len());
+                keep.iter().enumerate().filter(|(_, k)| !**k).for_each(|(i, _)| plan.skip(i));
+                file = file.with_extension(plan);
+            }
+            files.push(file);
+        }
         let mut inputs: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         let proj = projection.cloned();
         let files = (&files_at.url, files);
@@ -319,7 +336,7 @@ struct Split<'a> {
     /// The collector the segments come from ([`Origin::name`]; `None`: the store's own).
     origin: Option<&'a str>,
     /// (path, bytes) of each file.
-    files: Vec<(String, u64)>,
+    files: Vec<PartitionedFile>,
     /// (segment id, its resources) of each file's segment.
     resources: Vec<(u64, &'a RecordBatch)>,
 }
@@ -353,7 +370,7 @@ fn file_projection(projected: &SchemaRef, file_schema: &SchemaRef) -> DfResult<(
 /// with the filters as a pruning predicate; `None` without files.
 async fn parquet_scan(
     state: &dyn Session,
-    (url, mut files): (&ObjectStoreUrl, Vec<(String, u64)>),
+    (url, mut files): (&ObjectStoreUrl, Vec<PartitionedFile>),
     schema: SchemaRef,
     projection: Option<Vec<usize>>,
     filters: &[Expr],
@@ -363,13 +380,13 @@ async fn parquet_scan(
     if files.is_empty() {
         return Ok(None);
     }
-    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    files.sort_by_key(|f| std::cmp::Reverse(f.object_meta.size));
     let mut groups: Vec<(u64, Vec<PartitionedFile>)> =
         (0..partitions.min(files.len())).map(|_| (0, Vec::new())).collect();
-    for (path, bytes) in files {
+    for file in files {
         if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
-            g.0 += bytes;
-            g.1.push(PartitionedFile::new(path, bytes));
+            g.0 += file.object_meta.size;
+            g.1.push(file);
         }
     }
     let mut source =

@@ -172,16 +172,22 @@ impl Store {
     /// filters evaluated while decoding (the columns a search reads besides its filters' are
     /// decoded only for the rows that pass them), and `search_spans`, the spans of `snap`'s
     /// segments with their resources apart (and of its buffers) in the files' layout.
+    /// A session for a search: [`Store::session_of`]'s tables and `search_spans`, the spans of
+    /// `snap` in the files' layout (`row_groups`: see [`crate::query::FileLayoutSpans`]).
     pub(crate) fn search_session(
         &self,
         snap: Arc<Snapshot>,
+        row_groups: Vec<Option<Vec<bool>>>,
         runtime: Arc<RuntimeEnv>,
     ) -> Result<SessionContext> {
         let mut config = session_config();
         let parquet = &mut config.options_mut().execution.parquet;
         (parquet.pushdown_filters, parquet.reorder_filters) = (true, true);
         let ctx = self.session_with(snap.clone(), runtime, config)?;
-        ctx.register_table("search_spans", Arc::new(crate::query::FileLayoutSpans { snapshot: snap }))?;
+        ctx.register_table(
+            "search_spans",
+            Arc::new(crate::query::FileLayoutSpans { snapshot: snap, row_groups }),
+        )?;
         Ok(ctx)
     }
 

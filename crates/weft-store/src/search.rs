@@ -15,8 +15,9 @@
 //! files' layout (`search_spans`, [`file_layout_sql`]), never joined with their resources: an
 //! attribute condition's resource side becomes `resource_ref IN (…)`, the resources that
 //! match it found in the resources files beforehand, and its span side is dropped where the
-//! bloom filters rule it out; Parquet evaluates the filters while decoding, so the other
-//! columns are decoded only for the rows that pass them.
+//! bloom filters rule it out; row groups of a segment whose index rules them out are skipped;
+//! Parquet evaluates the filters while decoding, so the other columns are decoded only for the
+//! rows that pass them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -95,7 +96,12 @@ impl Store {
     /// buffers), in the files' layout.
     async fn search_files(&self, snap: Arc<Snapshot>, q: &TraceQuery) -> Result<Vec<(TraceId, i64)>> {
         let Some(sql) = file_layout_sql(q, &snap) else { return self.search_part(snap, q).await };
-        let ctx = self.search_session(snap, self.inner.runtime.clone())?;
+        // Row groups the segments' search indexes rule out are not read.
+        let row_groups: Vec<Option<Vec<bool>>> =
+            snap.segments.iter().map(|s| s.search_row_groups(q)).collect();
+        let skipped = row_groups.iter().flatten().flatten().filter(|keep| !**keep).count();
+        self.inner.metrics.search_row_groups_skipped.fetch_add(skipped as u64, Ordering::Relaxed);
+        let ctx = self.search_session(snap, row_groups, self.inner.runtime.clone())?;
         self.run_search(ctx, &sql, q).await
     }
 

@@ -437,12 +437,6 @@ pub(crate) fn write_segment(
 ) -> Result<SegmentMeta> {
     let mut files = Vec::new();
     let mut mem_bytes = 0u64;
-    let spans = &tables[crate::memtable::T_SPANS];
-    let index = if o.search_index && spans.iter().any(|b| b.num_rows() > 0) {
-        Some(SearchIndex::build(spans, &tables[1])?)
-    } else {
-        None
-    };
     for (t, batches) in tables.iter().enumerate() {
         let batches: Vec<&RecordBatch> = batches.iter().filter(|b| b.num_rows() > 0).collect();
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
@@ -486,6 +480,18 @@ pub(crate) fn write_segment(
         // written: no concatenated copy of the whole flush, and each chunk is encoded while
         // it is still in cache.
         let order = sort_order(t, &batches)?;
+        // The spans file's search index, row group by row group as the writer cuts them.
+        let index = (t == crate::memtable::T_SPANS && o.search_index)
+            .then(|| {
+                SearchIndex::build(
+                    &batches,
+                    resources,
+                    &order,
+                    o.row_group_rows,
+                    &tables[crate::memtable::T_SPAN_EVENTS],
+                )
+            })
+            .transpose()?;
         let name = file_name(id, TABLE_NAMES[t]);
         let path = seg_dir.join(&name);
         let file = File::create(&path).map_err(io_err("create", &path))?;
@@ -499,7 +505,7 @@ pub(crate) fn write_segment(
             (min_t, max_t) = (min_t.min(lo), max_t.max(hi));
             w.write(&chunk).map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
         }
-        if let Some(ix) = index.as_ref().filter(|_| t == crate::memtable::T_SPANS) {
+        if let Some(ix) = &index {
             w.append_key_value_metadata(KeyValue::new(search_index::FOOTER_KEY.to_owned(), ix.encode()));
         }
         let file = w.into_inner().map_err(|source| StoreError::Parquet { path: path.clone(), source })?;
@@ -814,6 +820,15 @@ impl Segment {
     /// The search index, when the segment was written with one.
     pub fn search_index(&self) -> Option<&SearchIndex> {
         self.search.as_ref()
+    }
+
+    /// Which row groups of the spans file a search for `q` reads (`None`: all), by the search
+    /// index and the resources.
+    pub(crate) fn search_row_groups(&self, q: &crate::search::TraceQuery) -> Option<Vec<bool>> {
+        let (idx, spans) = (self.search.as_ref()?, self.spans.as_ref()?);
+        let rows: Vec<u64> =
+            spans.meta.metadata().row_groups().iter().map(|rg| rg.num_rows().max(0) as u64).collect();
+        search_index::row_groups_to_read(idx, &rows, self.resources(), q)
     }
 
     fn lazy_reader(&self, slot: usize, table: &str) -> Result<Option<&FileReader>> {

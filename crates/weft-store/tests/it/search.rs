@@ -96,6 +96,8 @@ fn indexed_search_answers_as_the_scan_does() {
         store.close().unwrap();
     }
 
+    let old_spans = all.len();
+
     // Indexed segments of several row groups each (a query splits a file's scan between
     // them), the others of one, as segments were written before.
     let mut cfg = config(dir.path());
@@ -107,6 +109,7 @@ fn indexed_search_answers_as_the_scan_does() {
         store.flush().unwrap();
         all.extend(s);
     }
+    let indexed_spans = all.len();
     let s = shop.spans(300);
     store.append(&s).unwrap(); // stays buffered
     all.extend(s);
@@ -146,6 +149,38 @@ fn indexed_search_answers_as_the_scan_does() {
     let ids = block(store.search_trace_ids(&q)).unwrap();
     assert!(ids.contains(&old.trace_id), "{q:?}: {ids:?}");
     assert_eq!(ids, block(store.search_trace_ids_with(&q, SearchPlan::Scan)).unwrap());
+
+    // A value one span of an indexed segment holds (and no resource): the row groups of its
+    // segment that cannot hold it are skipped, and its trace is found.
+    let mut seen = std::collections::HashMap::<(&str, String), usize>::new();
+    for s in &all {
+        for kv in s.attributes.0.iter().chain(&s.resource.attributes.0) {
+            *seen.entry((&*kv.key, kv.value.to_string())).or_default() += 1;
+        }
+    }
+    let (span, kv) = all[old_spans..indexed_spans]
+        .iter()
+        .find_map(|s| {
+            Some((s, s.attributes.0.iter().find(|kv| seen[&(&*kv.key, kv.value.to_string())] == 1)?))
+        })
+        .expect("a span attribute value held once");
+    let q = TraceQuery {
+        attributes: vec![(kv.key.to_string(), Some(kv.value.to_string()))],
+        limit: 20,
+        ..TraceQuery::default()
+    };
+    let (read0, rg0) =
+        (m.search_segments_read.load(Ordering::Relaxed), m.search_row_groups_skipped.load(Ordering::Relaxed));
+    let ids = block(store.search_trace_ids(&q)).unwrap();
+    assert_eq!(ids, [span.trace_id], "{q:?}");
+    let read = m.search_segments_read.load(Ordering::Relaxed) - read0;
+    let rg_skipped = m.search_row_groups_skipped.load(Ordering::Relaxed) - rg0;
+    // The old segments are read whole; an indexed one has 4 row groups (3 of CHUNK / 3 rows and
+    // the rest), and one read for a bloom filter's false positive may have all of them skipped.
+    assert!(
+        read > OLD_SEGMENTS as u64 && rg_skipped >= 3,
+        "{read} segments read, {rg_skipped} row groups skipped"
+    );
 
     // Newest first stops early: the newest segment holds the 5 newest traces of a service.
     let (read0, skipped0) =
