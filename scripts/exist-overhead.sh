@@ -32,6 +32,8 @@
 #                  its granted per-core buffers (never above BUDGET).
 #
 #   sudo SERVER=nginx RUNS=5 SECS=20 PERIOD=1s EVERY=10 WEFT=target/release/weft scripts/exist-overhead.sh
+#   MODE=windows (nginx, redis): the exist variant alone, its windows' effect measured inside
+#              each run against the seconds around them (see the MODE=windows block below)
 #   WEFT       the weft binary (default: $CARGO_TARGET_DIR/debug/weft, built if missing)
 #   ARCHIPELAGO  the archipelago binary (default: the debug build next to WEFT's profile)
 #   FUNCS      functions to probe (globs over the symbol table's names, comma-separated; a
@@ -84,7 +86,7 @@ pid $work/nginx.pid;
 events { worker_connections 1024; }
 http {
   access_log off;
-  server { listen 127.0.0.1:$port; root $work/html; }
+  server { listen 127.0.0.1:$port; root $work/html; location = /weft-status { stub_status; } }
 }
 EOF
     nginx -p "$work" -c "$work/nginx.conf" & srv=$!
@@ -92,6 +94,7 @@ EOF
     [ -n "$worker" ] || { echo "nginx did not start: $(cat "$work/logs/error.log")" >&2; exit 1; }
     version="nginx $(nginx -v 2>&1 | sed 's/.*\///') under ab -k -c $clients"
     target_pid() { echo "$worker"; }
+    poll_args() { echo "nginx http://127.0.0.1:$port/weft-status $srv,$worker"; }
     measure() {
       local c0 c1 out
       c0=$(sum_cpu "$srv" "$worker")
@@ -106,6 +109,7 @@ EOF
     for _ in $(seq 100); do redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break; sleep 0.05; done
     version="redis $(redis-server --version | sed 's/.* v=\([^ ]*\).*/\1/') under redis-benchmark -c $clients (SET/GET)"
     target_pid() { echo "$srv"; }
+    poll_args() { echo "redis 127.0.0.1:$port $srv"; }
     commands() { redis-cli -p "$port" info stats | tr -d '\r' | awk -F: '$1=="total_commands_processed"{print $2}'; }
     measure() {
       local c0 c1 n0 n1 t0 t1
@@ -160,6 +164,15 @@ stop_tracer() {
   if [ -s "$work/time" ]; then tracer=$(awk 'END{printf "%.4f %d\n", $1+$2, $3*1024}' "$work/time"); else tracer="0 0"; fi
 }
 
+# `weft exist capture --every` on the target, under GNU time, after $1 seconds; sets `tp`.
+start_exist() {
+  rm -f "$work"/exist*.pb
+  ( sleep "$1"; pid=$(target_pid)
+    exec /usr/bin/time -f "%U %S %M" -o "$work/time" "$weft" exist capture --pid "$pid" --period "$period" \
+      --every "$every" --rounds 1000000 --functions "$funcs" --budget "$budget" --out "$work/exist.pb" > /dev/null \
+      2> "$work/exist.log" ) & tp=$!
+}
+
 run() { # variant -> "req/s server_us/req tracer_us/req peak_rss buffers_peak buffers_granted"
   local v=$1 tp="" tracer="0 0" n rps c half
   rm -f "$work/time"
@@ -167,12 +180,7 @@ run() { # variant -> "req/s server_us/req tracer_us/req peak_rss buffers_peak bu
   case $v in
     perf) start_tracer 0 perf record -q -a -F 3999 -g -o "$work/perf.data"; sleep 1 ;;
     bpftrace) start_tracer 0 bpftrace -e 'tracepoint:raw_syscalls:sys_enter { @[pid] = count(); }' -o /dev/null; sleep 2 ;;
-    exist)
-      rm -f "$work"/exist*.pb
-      ( sleep "$half"; pid=$(target_pid)
-        exec /usr/bin/time -f "%U %S %M" -o "$work/time" "$weft" exist capture --pid "$pid" --period "$period" \
-          --every "$every" --rounds 1000000 --functions "$funcs" --budget "$budget" --out "$work/exist.pb" > /dev/null \
-          2> "$work/exist.log" ) & tp=$! ;;
+    exist) start_exist "$half" ;;
   esac
   read -r n rps c < <(measure)
   if [ -n "$tp" ]; then stop_tracer; fi
@@ -186,6 +194,27 @@ run() { # variant -> "req/s server_us/req tracer_us/req peak_rss buffers_peak bu
   awk -v n="$n" -v r="$rps" -v c="$c" -v t="$tcpu" -v m="$rss" -v b="$bufs" \
     'BEGIN{printf "%s %.3f %.3f %d %s\n", r, c*1e6/n, t*1e6/n, m, b}'
 }
+
+# MODE=windows: only the exist variant, with the server's request counter and CPU sampled every
+# 50 ms; each window's effect is measured against the seconds around it in the same run, and
+# the same estimate at control points halfway between windows gives its noise
+# (scripts/exist-windows.py says how).
+if [ "${MODE:-table}" = windows ]; then
+  [ "$server" != archipelago ] || { echo "MODE=windows: nginx or redis" >&2; exit 2; }
+  echo "$version; $runs runs × ${secs}s each; exist: $period every ${every}s, uprobes on $funcs, budget $budget; weft: $weft; within-run windows"
+  echo
+  for i in $(seq "$runs"); do
+    rm -f "$work/time" "$work/samples"
+    # shellcheck disable=SC2046 # poll_args is three words
+    python3 scripts/exist-windows.py sample $(poll_args) 0.05 "$work/samples" & poller=$!
+    tp=""; start_exist 5
+    read -r n rps c < <(measure)
+    tracer="0 0"; stop_tracer
+    kill "$poller"; wait "$poller" 2>/dev/null || true
+    echo "run $i: $n requests, $rps req/s; $(python3 scripts/exist-windows.py analyse "$work/samples" "$work/exist.log" "${tracer%% *}")"
+  done
+  exit 0
+fi
 
 declare -A thr cpu tcpu rss bpeak bgrant
 order=(none perf bpftrace exist)

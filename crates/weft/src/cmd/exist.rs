@@ -280,7 +280,8 @@ fn capture_once(
     let after_capture = usage_self();
     let c = &r.counters;
     if let Some(n) = round {
-        eprintln!("weft exist: round {n}");
+        // The window in Unix time, for tools that line it up with their own samples.
+        eprintln!("weft exist: round {n}: window {}..{} ns (Unix time)", r.start_ns, r.end_ns);
     }
     let cores: Vec<String> =
         r.buffers.iter().map(|b| format!("{}: {}", b.core, units::fmt_bytes(b.bytes))).collect();

@@ -630,3 +630,15 @@ fn timed_profiling_rounds_through_weft_exist_plan() {
         .count();
     assert_eq!(fds, 0);
 }
+
+/// `scripts/exist-overhead.sh MODE=windows` measures a window's cost inside one run with
+/// `scripts/exist-windows.py`; its estimator recovers a known effect from a synthetic run, and
+/// finds none at its control points.
+#[test]
+fn the_within_run_overhead_estimator_recovers_a_known_effect() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/exist-windows.py");
+    let out = Command::new("python3").arg(&script).arg("selftest").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("selftest: ok"), "{text}");
+}
