@@ -6,8 +6,8 @@ Three parts:
   sample KIND ADDR PIDS INTERVAL OUT
       Until killed, every INTERVAL seconds appends "unix_ns requests server_cpu_s" to OUT:
       the server's request counter (KIND redis: INFO's total_commands_processed on ADDR
-      host:port; nginx: stub_status' requests at ADDR, a URL) and the utime+stime of the
-      comma-separated PIDS. One connection, kept open.
+      host:port, over one connection kept open; nginx: stub_status' requests at ADDR, a URL,
+      one request per sample) and the utime+stime of the comma-separated PIDS.
 
   analyse SAMPLES EXIST_LOG TRACER_CPU_S [PRE POST]
       Lines the samples up with the windows `weft exist capture --every` logged ("round N:
@@ -26,6 +26,8 @@ Three parts:
       The analysis on a synthetic run whose effect is known (run by weft's tests).
 """
 
+import bisect
+import os
 import re
 import socket
 import statistics
@@ -33,7 +35,7 @@ import sys
 import time
 import urllib.request
 
-HZ = 100
+HZ = os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu(pids):
@@ -95,17 +97,23 @@ def analyse(samples_path, log_path, tracer_cpu, pre=0.5, post=1.0, base=2.0):
         print(f"error=too few samples ({len(samples)}) or windows ({len(windows)})")
         return None
 
+    times = [t for t, _, _ in samples]
+
+    def at(t):
+        """(requests, server CPU) at time t, interpolated; None outside the samples."""
+        i = bisect.bisect_right(times, t)
+        if i == 0 or i == len(samples) and t > times[-1]:
+            return None
+        (t0, r0, c0), (t1, r1, c1) = samples[i - 1], samples[min(i, len(samples) - 1)]
+        f = (t - t0) / (t1 - t0) if t1 > t0 else 0.0
+        return r0 + (r1 - r0) * f, c0 + (c1 - c0) * f
+
     def counts(a, b):
-        """Requests and server CPU between times a and b (interpolated)."""
-        def at(t, i):
-            for (t0, *v0), (t1, *v1) in zip(samples, samples[1:]):
-                if t0 <= t <= t1:
-                    return v0[i] + (v1[i] - v0[i]) * (t - t0) / max(t1 - t0, 1e-9)
+        """Requests and server CPU between times a and b; None outside the samples."""
+        pa, pb = at(a), at(b)
+        if pa is None or pb is None:
             return None
-        ra, rb, ca, cb = at(a, 0), at(b, 0), at(a, 1), at(b, 1)
-        if None in (ra, rb, ca, cb):
-            return None
-        return rb - ra, cb - ca
+        return pb[0] - pa[0], pb[1] - pa[1]
 
     def effect(s, e):
         """(lost requests, extra server CPU s, requests served) of the span around [s, e]."""
@@ -160,7 +168,6 @@ def analyse(samples_path, log_path, tracer_cpu, pre=0.5, post=1.0, base=2.0):
 def selftest():
     """The estimator on a synthetic run with a known effect: 100 ms windows every 10 s that
     serve 40 % of the requests and cost 30 % more CPU, 3 % noise per 50 ms sample."""
-    import os
     import random
     import tempfile
 

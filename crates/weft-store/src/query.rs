@@ -226,8 +226,8 @@ impl TableProvider for SnapshotTable {
 #[derive(Debug)]
 pub(crate) struct FileLayoutSpans {
     pub snapshot: Arc<Snapshot>,
-    /// Per segment of the snapshot (in order; missing at the end: all), the row groups of its
-    /// spans file to read (`None`: all).
+    /// Per segment of the snapshot, in order, the row groups of its spans file to read
+    /// (`None`, or no entry: all).
     pub row_groups: Vec<Option<Vec<bool>>>,
 }
 
@@ -259,12 +259,10 @@ impl TableProvider for FileLayoutSpans {
         // which no projection of this schema names. Row groups the search index rules out are
         // skipped; a file with none left is not read.
         let mut files = Vec::new();
-        for (s, groups) in
-            self.snapshot.segments.iter().zip(self.row_groups.iter().chain(std::iter::repeat(&None)))
-        {
+        for (i, s) in self.snapshot.segments.iter().enumerate() {
             let Some(f) = s.meta.file(schema::SPANS) else { continue };
             let mut file = PartitionedFile::new(files_at.path(&f.file), f.bytes);
-            if let Some(keep) = groups {
+            if let Some(keep) = self.row_groups.get(i).and_then(Option::as_ref) {
                 if !keep.contains(&true) {
                     continue;
                 }

@@ -171,9 +171,8 @@ impl Store {
     /// A session over `snap` for search: the tables of [`Store::session_of`], with the Parquet
     /// filters evaluated while decoding (the columns a search reads besides its filters' are
     /// decoded only for the rows that pass them), and `search_spans`, the spans of `snap`'s
-    /// segments with their resources apart (and of its buffers) in the files' layout.
-    /// A session for a search: [`Store::session_of`]'s tables and `search_spans`, the spans of
-    /// `snap` in the files' layout (`row_groups`: see [`crate::query::FileLayoutSpans`]).
+    /// segments with their resources apart (and of its buffers) in the files' layout, reading
+    /// only the row groups `row_groups` names (see [`crate::query::FileLayoutSpans`]).
     pub(crate) fn search_session(
         &self,
         snap: Arc<Snapshot>,

@@ -179,14 +179,10 @@ fn string_map<'a>(
     b: &'a RecordBatch,
     name: &str,
 ) -> Option<(&'a MapArray, &'a StringArray, &'a StringArray)> {
-    let m = map_col(b, name)?;
+    let m = b.column_by_name(name)?.as_any().downcast_ref::<MapArray>()?;
     let keys = m.keys().as_any().downcast_ref::<StringArray>()?;
     let values = m.values().as_any().downcast_ref::<StringArray>()?;
     Some((m, keys, values))
-}
-
-fn map_col<'a>(b: &'a RecordBatch, name: &str) -> Option<&'a MapArray> {
-    b.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<MapArray>())
 }
 
 impl SearchIndex {
@@ -544,12 +540,7 @@ fn resources_match<'a>(
     k: &'a str,
     v: Option<&'a str>,
 ) -> impl Iterator<Item = bool> + 'a {
-    let map = map_col(resources, "resource_attributes");
-    let kv = map.and_then(|m| {
-        let keys = m.keys().as_any().downcast_ref::<StringArray>()?;
-        let values = m.values().as_any().downcast_ref::<StringArray>()?;
-        Some((m, keys, values))
-    });
+    let kv = string_map(resources, "resource_attributes");
     (0..resources.num_rows()).map(move |r| {
         let Some((m, keys, values)) = kv else { return false };
         if m.is_null(r) {
